@@ -1,0 +1,11 @@
+"""One error type for user mistakes: printed as one line, exit code 2, no traceback."""
+
+
+class AiaynError(Exception):
+    """A problem with the user's input (a file, a line, an option) that the user can fix.
+
+    The message is one line that names what is wrong and, where possible, what to do.
+    The CLI prints it as ``error: <message>`` and exits with code 2.
+    """
+
+    exit_code = 2

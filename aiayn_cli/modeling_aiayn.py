@@ -1,0 +1,714 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), as a Hugging Face model.
+
+The file follows the paper's Section 3, one heading per subsection:
+
+    3.2.1 Scaled Dot-Product Attention      `scaled_dot_product_attention`
+    3.2.2 Multi-Head Attention               `MultiHeadAttention`
+    3.3   Position-wise Feed-Forward Networks `PositionwiseFeedForward`
+    3.4   Embeddings and Softmax              `Embeddings`, the tied pre-softmax projection
+    3.5   Positional Encoding                 `sinusoidal_positional_encoding`, `PositionalEncoding`
+    3.1   Encoder and Decoder Stacks          `SublayerConnection`, `EncoderLayer`, `DecoderLayer`,
+                                              `Encoder`, `Decoder`
+    The Hugging Face ladder                   `AiaynPreTrainedModel` -> `AiaynModel` ->
+                                              `AiaynForConditionalGeneration`
+
+Every deviation from the paper is a field of `AiaynConfig` whose default is the paper's choice
+(`pre_norm=False`, `positional_encoding="sinusoidal"`, `scale_embedding=True`,
+`tie_word_embeddings=True`, `attention_dropout=0`, `activation_dropout=0`).
+
+This file uses relative imports only: it is copied next to saved checkpoints, so that they load
+with `trust_remote_code=True` where `aiayn_cli` is not installed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+
+from .configuration_aiayn import AiaynConfig
+
+# ---------------------------------------------------------------------------------------------
+# 3.2.1 Scaled Dot-Product Attention
+#
+#     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V                                    (1)
+# ---------------------------------------------------------------------------------------------
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Equation (1), on `torch.nn.functional.scaled_dot_product_attention`.
+
+    Args:
+        query (`torch.Tensor` of shape `(B, h, T_q, d_k)`), key (`(B, h, T_k, d_k)`), value (`(B, h, T_k, d_v)`).
+        mask (`torch.BoolTensor` broadcastable to `(B, h, T_q, T_k)`, *optional*): True where a query may
+            attend to a key ("setting to -inf all values in the input of the softmax which correspond to
+            illegal connections", §3.2.3).
+        dropout (`float`): dropout on the attention weights (not in the paper; 0 by default).
+        need_weights (`bool`): also return the attention weights `(B, h, T_q, T_k)`, for plots; this takes
+            the explicit path instead of the fused kernel.
+    """
+    if not need_weights:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout), None
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (B, h, T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return F.dropout(weights, p=dropout, training=dropout > 0) @ value, weights
+
+
+# ---------------------------------------------------------------------------------------------
+# 3.2.2 Multi-Head Attention
+#
+#     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
+#     where head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+# ---------------------------------------------------------------------------------------------
+
+
+class MultiHeadAttention(nn.Module):
+    """h parallel attention heads of width d_k = d_v = d_model / h (§3.2.2).
+
+    The h projections W_i^Q, W_i^K, W_i^V are stored side by side in one matrix each, and in
+    self-attention the three are one matrix (`qkv_proj`), so that each is a single matmul.
+    Keys and values are cached for incremental decoding: decoder self-attention appends one
+    position per step; encoder-decoder attention computes them once per source sentence.
+    """
+
+    def __init__(self, config: AiaynConfig, self_attention: bool, layer_idx: int | None = None):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.d_k = config.d_k
+        self.self_attention = self_attention
+        self.layer_idx = layer_idx
+        self.dropout = config.attention_dropout
+        if self_attention:
+            self.qkv_proj = nn.Linear(config.d_model, 3 * config.d_model)  # [W^Q | W^K | W^V]
+        else:
+            self.q_proj = nn.Linear(config.d_model, config.d_model)  # W^Q
+            self.kv_proj = nn.Linear(config.d_model, 2 * config.d_model)  # [W^K | W^V]
+        self.out_proj = nn.Linear(config.d_model, config.d_model)  # W^O
+
+    def _split_heads(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
+        batch, length, _ = x.shape
+        # (B, T, n * d_model) -> n tensors of shape (B, h, T, d_k)
+        return x.view(batch, length, n, self.num_heads, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """
+        Args:
+            hidden_states (`(B, T, d_model)`): the queries (and, in self-attention, keys and values).
+            key_value_states (`(B, S, d_model)`, *optional*): the encoder output, for encoder-decoder attention.
+            mask (`BoolTensor` broadcastable to `(B, h, T, T_k)`, *optional*): True = may attend.
+            cache (`EncoderDecoderCache`, *optional*): keys and values of earlier decoding steps.
+        """
+        batch, length, d_model = hidden_states.shape
+        if self.self_attention:
+            query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
+            if cache is not None:
+                key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
+        else:
+            (query,) = self._split_heads(self.q_proj(hidden_states), 1)
+            if cache is not None and cache.is_updated.get(self.layer_idx):
+                layer = cache.cross_attention_cache.layers[self.layer_idx]
+                key, value = layer.keys, layer.values
+            else:
+                key, value = self._split_heads(self.kv_proj(key_value_states), 2)
+                if cache is not None:
+                    key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                    cache.is_updated[self.layer_idx] = True
+        dropout = self.dropout if self.training else 0.0
+        heads, weights = scaled_dot_product_attention(query, key, value, mask, dropout, need_weights)
+        concat = heads.transpose(1, 2).reshape(batch, length, d_model)  # Concat(head_1, ..., head_h)
+        return self.out_proj(concat), weights
+
+
+# ---------------------------------------------------------------------------------------------
+# 3.3 Position-wise Feed-Forward Networks
+#
+#     FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                                                (2)
+# ---------------------------------------------------------------------------------------------
+
+
+class PositionwiseFeedForward(nn.Module):
+    """Equation (2): two linear maps with a ReLU between, inner width d_ff (§3.3)."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+        self.w_1 = nn.Linear(config.d_model, config.d_ff)
+        self.w_2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation = F.relu if config.activation_function == "relu" else F.gelu
+        self.dropout = nn.Dropout(config.activation_dropout)  # not in the paper: 0 by default
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
+
+
+# ---------------------------------------------------------------------------------------------
+# 3.4 Embeddings and Softmax
+#
+# "We use learned embeddings to convert the input tokens and output tokens to vectors of
+# dimension d_model. [...] we share the same weight matrix between the two embedding layers and
+# the pre-softmax linear transformation [...]. In the embedding layers, we multiply those weights
+# by sqrt(d_model)."
+# ---------------------------------------------------------------------------------------------
+
+
+class Embeddings(nn.Embedding):
+    """Token embeddings, multiplied by sqrt(d_model) (§3.4; `scale_embedding`)."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(input_ids) * self.scale
+
+
+# ---------------------------------------------------------------------------------------------
+# 3.5 Positional Encoding
+#
+#     PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+#     PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+# ---------------------------------------------------------------------------------------------
+
+
+def sinusoidal_positional_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """The §3.5 table for `positions` (shape `(T,)`), interleaved: even columns sin, odd columns cos.
+
+    Computed in float64 (float32 on MPS) and returned in float32, so it matches the formula to
+    ~1e-7 at every position. It is computed, not stored: nothing to save, nothing that the
+    meta-device construction of `from_pretrained` could leave uninitialized.
+    """
+    dtype = torch.float32 if positions.device.type == "mps" else torch.float64
+    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=dtype)  # 2i
+    angles = positions.to(dtype)[:, None] / torch.pow(10000.0, two_i / d_model)[None, :]  # (T, d_model/2)
+    encoding = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, d_model/2, 2)
+    return encoding.flatten(-2)[:, :d_model].float()  # (T, d_model)
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information to the scaled embeddings, then dropout (§3.5, §5.4).
+
+    `positional_encoding="sinusoidal"` is the paper's choice; "learned" is Table 3, row (E).
+    """
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+        self.d_model = config.d_model
+        self.max_positions = config.max_position_embeddings
+        self.learned = (
+            nn.Embedding(config.max_position_embeddings, config.d_model)
+            if config.positional_encoding == "learned"
+            else None
+        )
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, embeddings: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """`embeddings` `(B, T, d_model)` hold positions offset .. offset + T - 1."""
+        length = embeddings.size(1)
+        if offset + length > self.max_positions and self.learned is not None:
+            raise ValueError(
+                f"sequence of {offset + length} positions is longer than max_position_embeddings={self.max_positions}"
+            )
+        positions = torch.arange(offset, offset + length, device=embeddings.device)
+        if self.learned is not None:
+            encoding = self.learned(positions)
+        else:
+            encoding = sinusoidal_positional_encoding(positions, self.d_model)
+        return self.dropout(embeddings + encoding.to(embeddings.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# 3.1 Encoder and Decoder Stacks
+#
+# "We employ a residual connection around each of the two sub-layers, followed by layer
+# normalization. That is, the output of each sub-layer is LayerNorm(x + Sublayer(x))."
+# "We apply dropout to the output of each sub-layer, before it is added to the sub-layer
+# input and normalized." (§5.4)
+# ---------------------------------------------------------------------------------------------
+
+
+class SublayerConnection(nn.Module):
+    """LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper), or x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.pre_norm
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Multi-head self-attention, then a position-wise feed-forward network (§3.1)."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, self_attention=True)
+        self.self_attn_sublayer = SublayerConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_sublayer = SublayerConnection(config)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False):
+        weights = None
+
+        def self_attention(h):
+            nonlocal weights
+            out, weights = self.self_attn(h, mask=mask, need_weights=need_weights)
+            return out
+
+        x = self.self_attn_sublayer(x, self_attention)
+        return self.feed_forward_sublayer(x, self.feed_forward), weights
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then a feed-forward network (§3.1)."""
+
+    def __init__(self, config: AiaynConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, self_attention=True, layer_idx=layer_idx)
+        self.self_attn_sublayer = SublayerConnection(config)
+        self.cross_attn = MultiHeadAttention(config, self_attention=False, layer_idx=layer_idx)
+        self.cross_attn_sublayer = SublayerConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_sublayer = SublayerConnection(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None,
+        memory_mask: torch.Tensor | None,
+        cache: Cache | None = None,
+        need_weights: bool = False,
+    ):
+        weights = {}
+
+        def self_attention(h):
+            out, weights["self"] = self.self_attn(h, mask=self_mask, cache=cache, need_weights=need_weights)
+            return out
+
+        def cross_attention(h):
+            out, weights["cross"] = self.cross_attn(
+                h, key_value_states=memory, mask=memory_mask, cache=cache, need_weights=need_weights
+            )
+            return out
+
+        x = self.self_attn_sublayer(x, self_attention)
+        x = self.cross_attn_sublayer(x, cross_attention)
+        return self.feed_forward_sublayer(x, self.feed_forward), weights.get("self"), weights.get("cross")
+
+
+def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """`(B, S)` 1/0 mask -> `(B, 1, 1, S)` boolean key mask; None when nothing is padded."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    return attention_mask.bool()[:, None, None, :]
+
+
+def causal_mask(
+    length: int, past_length: int, attention_mask: torch.Tensor | None, device: torch.device
+) -> torch.Tensor | None:
+    """Decoder self-attention mask `(B or 1, 1, T, past + T)`: position i sees positions <= i (§3.2.3).
+
+    Built explicitly and aligned bottom-right, so that it is right with a KV cache (the T new
+    queries are positions past .. past + T - 1). None where nothing needs masking: one new
+    position and no padding.
+    """
+    keys = past_length + length
+    pad = padding_mask(attention_mask[:, -keys:] if attention_mask is not None else None)
+    if length == 1 and pad is None:
+        return None
+    query_positions = torch.arange(past_length, keys, device=device)[:, None]
+    mask = (torch.arange(keys, device=device)[None, :] <= query_positions)[None, None]  # (1, 1, T, keys)
+    return mask if pad is None else mask & pad
+
+
+class Encoder(nn.Module):
+    """A stack of N identical layers (§3.1) over the embedded, position-encoded source."""
+
+    def __init__(self, config: AiaynConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.embed_positions = PositionalEncoding(config)
+        self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.num_encoder_layers)])
+        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.pre_norm else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        return_dict: bool = True,
+        **kwargs,
+    ) -> BaseModelOutput:
+        """
+        Args:
+            input_ids (`LongTensor` of shape `(B, S)`): source token ids.
+            attention_mask (`Tensor` of shape `(B, S)`, *optional*): 1 for tokens, 0 for padding.
+        """
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        x = self.embed_positions(inputs_embeds)  # (B, S, d_model)
+        mask = padding_mask(attention_mask)
+        hidden_states, attentions = (x,), ()
+        for layer in self.layers:
+            x, weights = layer(x, mask, need_weights=output_attentions)
+            hidden_states, attentions = hidden_states + (x,), attentions + (weights,)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        output = BaseModelOutput(
+            last_hidden_state=x,
+            hidden_states=hidden_states if output_hidden_states else None,
+            attentions=attentions if output_attentions else None,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class Decoder(nn.Module):
+    """A stack of N identical layers (§3.1), masked so that position i depends only on positions < i."""
+
+    def __init__(self, config: AiaynConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.embed_positions = PositionalEncoding(config)
+        self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.num_decoder_layers)])
+        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.pre_norm else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> dict:
+        """
+        Args:
+            input_ids (`LongTensor` of shape `(B, T)`): the target shifted right (or the new tokens, with a cache).
+            encoder_hidden_states (`(B, S, d_model)`): the encoder output ("memory").
+            attention_mask (`(B, past + T)`, *optional*): 1 for target tokens, 0 for padding.
+            encoder_attention_mask (`(B, S)`, *optional*): 1 for source tokens, 0 for padding.
+            past_key_values (`EncoderDecoderCache`, *optional*): the cache, updated in place.
+        """
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        x = self.embed_positions(inputs_embeds, offset=past_length)  # (B, T, d_model)
+        self_mask = causal_mask(x.size(1), past_length, attention_mask, x.device)
+        memory_mask = padding_mask(encoder_attention_mask)
+        hidden_states, self_attentions, cross_attentions = (x,), (), ()
+        for layer in self.layers:
+            x, self_weights, cross_weights = layer(
+                x, encoder_hidden_states, self_mask, memory_mask, past_key_values, need_weights=output_attentions
+            )
+            hidden_states = hidden_states + (x,)
+            self_attentions, cross_attentions = self_attentions + (self_weights,), cross_attentions + (cross_weights,)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return {
+            "last_hidden_state": x,
+            "hidden_states": hidden_states if output_hidden_states else None,
+            "attentions": self_attentions if output_attentions else None,
+            "cross_attentions": cross_attentions if output_attentions else None,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hugging Face ladder: AiaynPreTrainedModel -> AiaynModel -> AiaynForConditionalGeneration
+# ---------------------------------------------------------------------------------------------
+
+
+class AiaynPreTrainedModel(PreTrainedModel):
+    """Weights initialization and the Hugging Face plumbing shared by the aiayn models.
+
+    Initialization follows fairseq's `transformer` (the paper does not specify one; tensor2tensor
+    and fairseq agree on the essentials): every linear map Xavier-uniform with zero bias, token
+    embeddings N(0, d_model^-0.5) with a zero padding row (so that the sqrt(d_model)-scaled
+    embeddings have unit variance), learned positions likewise, LayerNorm gain 1 and bias 0.
+    """
+
+    config_class = AiaynConfig
+    config: AiaynConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _supports_sdpa = True
+    _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+class AiaynModel(AiaynPreTrainedModel):
+    """The encoder-decoder without the pre-softmax projection; returns the decoder's last hidden states."""
+
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__(config)
+        # §3.4: one embedding matrix for the joint source/target vocabulary. With
+        # tie_word_embeddings=False the encoder and decoder get their own matrices.
+        self.shared = Embeddings(config)
+        tied = config.tie_word_embeddings
+        self.encoder = Encoder(config, self.shared if tied else Embeddings(config))
+        self.decoder = Decoder(config, self.shared if tied else Embeddings(config))
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.shared = value
+        if self.config.tie_word_embeddings:
+            self.encoder.embed_tokens = value
+            self.decoder.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None) -> Encoder:
+        return self.encoder
+
+    def get_decoder(self) -> Decoder:
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """
+        Args:
+            input_ids (`LongTensor` of shape `(B, S)`): source token ids.
+            attention_mask (`Tensor` of shape `(B, S)`, *optional*): 1 for source tokens, 0 for padding.
+            decoder_input_ids (`LongTensor` of shape `(B, T)`): target ids shifted right
+                (`prepare_decoder_input_ids_from_labels`), or only the new ones with `past_key_values`.
+            decoder_attention_mask (`Tensor` of shape `(B, T)`, *optional*): 1 for target tokens, 0 for padding.
+            encoder_outputs (`BaseModelOutput`, *optional*): a precomputed encoder output.
+            past_key_values (`EncoderDecoderCache`, *optional*): the KV cache of incremental decoding.
+            use_cache (`bool`, *optional*): create and return a cache when none is given.
+        """
+        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
+        output_hidden_states = bool(
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            encoder_outputs.last_hidden_state,
+            attention_mask=decoder_attention_mask,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values if use_cache else None,
+            inputs_embeds=decoder_inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        output = Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs["last_hidden_state"],
+            past_key_values=past_key_values if use_cache else None,
+            decoder_hidden_states=decoder_outputs["hidden_states"],
+            decoder_attentions=decoder_outputs["attentions"],
+            cross_attentions=decoder_outputs["cross_attentions"],
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: `<s> y_1 .. y_{n-1}` from labels `y_1 .. y_n` (-100 -> pad)."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
+    """The Transformer for translation: `AiaynModel` plus the pre-softmax projection tied to the embeddings (§3.4).
+
+    Works with `generate()` (greedy, beam search, sampling), `pipeline("translation")`,
+    `save_pretrained` / `from_pretrained` / `push_to_hub`, and `Seq2SeqTrainer`.
+    """
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.shared.weight",
+        "model.encoder.embed_tokens.weight": "model.shared.weight",
+        "model.decoder.embed_tokens.weight": "model.shared.weight",
+    }
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__(config)
+        self.model = AiaynModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # the pre-softmax projection
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.shared
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def get_encoder(self, modality: str | None = None) -> Encoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> Decoder:
+        return self.model.decoder
+
+    def _resize_token_embeddings(self, new_num_tokens: int, pad_to_multiple_of: int | None = None, *args):
+        embeddings = self._get_resized_embeddings(self.get_input_embeddings(), new_num_tokens, pad_to_multiple_of)
+        resized = Embeddings(self.config)  # keeps the sqrt(d_model) scale
+        resized.num_embeddings = embeddings.num_embeddings
+        resized.weight = embeddings.weight
+        self.set_input_embeddings(resized)
+        if not self.config.tie_word_embeddings:
+            for stack in (self.model.encoder, self.model.decoder):
+                old = stack.embed_tokens
+                stack.embed_tokens.weight = self._get_resized_embeddings(old, new_num_tokens, pad_to_multiple_of).weight
+                stack.embed_tokens.num_embeddings = stack.embed_tokens.weight.shape[0]
+            self.lm_head = self._get_resized_lm_head(self.lm_head, resized.num_embeddings)
+        return self.get_input_embeddings()
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        """
+        Args:
+            labels (`LongTensor` of shape `(B, T)`, *optional*): target ids; positions holding -100 or the
+                pad id are ignored. When given, `decoder_input_ids` default to the labels shifted right,
+                and `loss` is the mean cross-entropy over the non-pad target tokens.
+            (other arguments as in `AiaynModel.forward`)
+
+        Returns:
+            `Seq2SeqLMOutput` with `logits` of shape `(B, T, vocab_size)`.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab_size)
+        loss = None
+        if labels is not None:
+            targets = labels.masked_fill(labels == self.config.pad_token_id, -100)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+__all__ = [
+    "AiaynForConditionalGeneration",
+    "AiaynModel",
+    "AiaynPreTrainedModel",
+    "sinusoidal_positional_encoding",
+]
