@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
@@ -589,6 +589,38 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
+# ---------------------------------------------------------------------------------------------
+# 6.1 Machine Translation: the decoding defaults
+#
+# "We used beam search with a beam size of 4 and length penalty alpha = 0.6 [38]. [...] We set
+# the maximum output length during inference to input length + 50, but terminate early when
+# possible."
+# ---------------------------------------------------------------------------------------------
+
+
+def paper_generation_config(config: AiaynConfig) -> GenerationConfig:
+    """The paper's decoding settings (§6.1), saved as `generation_config.json` with every model.
+
+    `length_penalty_style="gnmt"` asks for GNMT's penalty ((5 + |Y|) / 6) ** alpha [38], which
+    `aiayn translate` applies; `generate()` itself knows only its own |Y| ** alpha, which is a
+    different number for the same alpha. `max_len_a` / `max_len_b` give the maximum output length
+    a * input length + b (the paper: 1 * input + 50); `max_length` is only the absolute cap.
+    """
+    return GenerationConfig(
+        num_beams=4,
+        length_penalty=0.6,
+        length_penalty_style="gnmt",
+        max_len_a=1.0,
+        max_len_b=50,
+        max_length=config.max_position_embeddings,
+        early_stopping=True,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
+
+
 class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
     """The Transformer for translation: `AiaynModel` plus the pre-softmax projection tied to the embeddings (§3.4).
 
@@ -607,6 +639,7 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         self.model = AiaynModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # the pre-softmax projection
         self.post_init()
+        self.generation_config = paper_generation_config(config)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.shared
@@ -710,5 +743,6 @@ __all__ = [
     "AiaynForConditionalGeneration",
     "AiaynModel",
     "AiaynPreTrainedModel",
+    "paper_generation_config",
     "sinusoidal_positional_encoding",
 ]
