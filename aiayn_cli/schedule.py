@@ -1,0 +1,81 @@
+"""5.3 Optimizer: the learning-rate schedule.
+
+    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5)               (3)
+
+"This corresponds to increasing the learning rate linearly for the first warmup_steps training
+steps, and decreasing it thereafter proportionally to the inverse square root of the step
+number. We used warmup_steps = 4000."
+
+`step_num` counts optimizer updates from 1. Both schedules are `LambdaLR` multipliers of an
+optimizer whose base learning rate is 1.0, so the multiplier *is* the learning rate.
+`LambdaLR` evaluates its function at 0 for the first update, hence `step_num = index + 1`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+SCHEDULES = ("noam", "inverse_sqrt")
+
+
+def noam_lrate(step_num: int, d_model: int, warmup_steps: int, lr_scale: float = 1.0) -> float:
+    """Equation (3), times `lr_scale` (1.0 in the paper; tensor2tensor calls it `learning_rate`)."""
+    step_num = max(step_num, 1)
+    return lr_scale * d_model**-0.5 * min(step_num**-0.5, step_num * warmup_steps**-1.5)
+
+
+def inverse_sqrt_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float = 0.0) -> float:
+    """fairseq's `inverse_sqrt`: linear warmup from `warmup_init_lr` to `peak_lr` over `warmup_steps`
+    updates, then `peak_lr * sqrt(warmup_steps / step_num)`.
+
+    The same shape as equation (3), parameterised by the peak instead of d_model: equation (3)
+    peaks at d_model^-0.5 * warmup_steps^-0.5 (7.0e-4 for the base model).
+    """
+    step_num = max(step_num, 1)
+    if step_num < warmup_steps:
+        return warmup_init_lr + step_num * (peak_lr - warmup_init_lr) / warmup_steps
+    return peak_lr * math.sqrt(warmup_steps / step_num)
+
+
+def _noam_multiplier(index: int, d_model: int, warmup_steps: int, lr_scale: float) -> float:
+    return noam_lrate(index + 1, d_model, warmup_steps, lr_scale)
+
+
+def _inverse_sqrt_multiplier(index: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float) -> float:
+    return inverse_sqrt_lrate(index + 1, peak_lr, warmup_steps, warmup_init_lr)
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    schedule: str,
+    d_model: int,
+    warmup_steps: int,
+    lr_scale: float = 1.0,
+    peak_lr: float = 5e-4,
+    warmup_init_lr: float = 0.0,
+) -> LambdaLR:
+    """A `LambdaLR` giving the learning rate of each update; the optimizer's `lr` must be 1.0.
+
+    Args:
+        schedule: "noam" (equation (3), the paper) or "inverse_sqrt" (fairseq).
+        d_model, warmup_steps, lr_scale: equation (3) and its scale factor (noam).
+        peak_lr, warmup_init_lr: the inverse_sqrt schedule.
+    """
+    for group in optimizer.param_groups:
+        if group["lr"] != 1.0:
+            raise ValueError("build_scheduler: the optimizer's base lr must be 1.0 (the schedule gives the lr)")
+    if schedule == "noam":
+        fn = partial(_noam_multiplier, d_model=d_model, warmup_steps=warmup_steps, lr_scale=lr_scale)
+    elif schedule == "inverse_sqrt":
+        fn = partial(_inverse_sqrt_multiplier, peak_lr=peak_lr, warmup_steps=warmup_steps,
+                     warmup_init_lr=warmup_init_lr)
+    else:
+        raise ValueError(f"unknown lr schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+    return LambdaLR(optimizer, fn)
+
+
+__all__ = ["SCHEDULES", "build_scheduler", "inverse_sqrt_lrate", "noam_lrate"]

@@ -1,0 +1,120 @@
+"""Checkpoints: atomic Hub-format folders with the training state; rotation; averaging (§6.1)."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig
+
+from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli.checkpoint import (
+    average_checkpoints,
+    latest_checkpoint,
+    list_checkpoints,
+    load_weights,
+    read_trainer_state,
+    remove_incomplete,
+    rotate_checkpoints,
+    save_checkpoint,
+    write_averaged_checkpoint,
+)
+from aiayn_cli.errors import AiaynError
+
+
+class _Tokenizer:
+    """Stands in for a tokenizer: only `save_pretrained` is used here."""
+
+    def save_pretrained(self, folder):
+        (folder / "tokenizer.json").write_text("{}")
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return AiaynForConditionalGeneration(AiaynConfig.from_preset("tiny", vocab_size=40))
+
+
+def _saved(tmp_path, seed):
+    folder = tmp_path / f"m{seed}"
+    _model(seed).save_pretrained(folder)
+    return folder
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+    folders = [_saved(tmp_path, seed) for seed in (1, 2, 3)]
+    weights = [load_weights(f) for f in folders]
+    averaged = average_checkpoints(folders)
+    assert set(averaged) == set(weights[0])
+    for name, tensor in averaged.items():
+        expected = (weights[0][name].double() + weights[1][name].double() + weights[2][name].double()) / 3
+        assert tensor.dtype == weights[0][name].dtype
+        assert torch.allclose(tensor.double(), expected, atol=1e-7)
+    out = write_averaged_checkpoint(folders, tmp_path / "averaged")
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    assert isinstance(model, AiaynForConditionalGeneration)
+    assert torch.equal(model.model.shared.weight, averaged["model.shared.weight"])
+    assert model.lm_head.weight.data_ptr() == model.model.shared.weight.data_ptr()  # still tied
+    assert GenerationConfig.from_pretrained(out).num_beams == 4
+    assert not (tmp_path / "averaged.tmp").exists()
+
+
+def test_average_rejects_mismatched_models(tmp_path):
+    small = _saved(tmp_path, 1)
+    other = tmp_path / "other"
+    AiaynForConditionalGeneration(AiaynConfig.from_preset("tiny", vocab_size=41)).save_pretrained(other)
+    with pytest.raises(AiaynError, match="has shape"):
+        average_checkpoints([small, other])
+    with pytest.raises(AiaynError, match="no model.safetensors"):
+        average_checkpoints([tmp_path])
+
+
+def _fake_checkpoint(folder, step, complete=True):
+    path = folder / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    if complete:
+        (path / "trainer_state.json").write_text(json.dumps({"step": step}))
+    return path
+
+
+def test_listing_ignores_incomplete_and_rotation_keeps_the_best(tmp_path):
+    for step in (10, 20, 30, 40):
+        _fake_checkpoint(tmp_path, step)
+    _fake_checkpoint(tmp_path, 50, complete=False)  # killed before trainer_state.json
+    (tmp_path / "checkpoint-60.tmp").mkdir()  # killed before the rename
+    assert [p.name for p in list_checkpoints(tmp_path)] == [f"checkpoint-{s}" for s in (10, 20, 30, 40)]
+    assert latest_checkpoint(tmp_path).name == "checkpoint-40"
+    removed = rotate_checkpoints(tmp_path, keep_last=2, keep=tmp_path / "checkpoint-10")
+    assert [p.name for p in removed] == ["checkpoint-20"]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-10", "checkpoint-30", "checkpoint-40"]
+    assert [p.name for p in remove_incomplete(tmp_path)] == ["checkpoint-60.tmp"]
+
+
+def test_save_checkpoint_round_trip(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    model = _model(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    batch = {"input_ids": torch.tensor([[5, 6, 2]]), "labels": torch.tensor([[7, 8, 2]])}
+    accelerator.backward(model(**batch).logits.sum())
+    optimizer.step()
+    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path)
+    assert path.name == "checkpoint-1" and read_trainer_state(path) == {"step": 1, "epoch": 0}
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in path.iterdir()}
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(path)
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name])
+    # the training state restores the optimizer and the RNG
+    rng = torch.get_rng_state()
+    expected = torch.rand(3)
+    state = optimizer.state_dict()
+    torch.manual_seed(123)
+    accelerator.load_state(str(path / "training_state"))
+    assert torch.equal(torch.get_rng_state(), rng) and torch.equal(torch.rand(3), expected)
+    assert optimizer.state_dict()["state"][0]["step"] == state["state"][0]["step"]
+    # overwriting the same step replaces the folder atomically
+    save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 5}, tmp_path)
+    assert read_trainer_state(path)["epoch"] == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+    shutil.rmtree(path)

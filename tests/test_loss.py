@@ -1,0 +1,67 @@
+"""Label-smoothed cross-entropy (§5.4) against its formula and PyTorch's implementation."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn_cli.loss import label_smoothed_cross_entropy
+
+
+def _batch(vocab=11):
+    torch.manual_seed(3)
+    logits = torch.randn(3, 5, vocab, dtype=torch.float64)
+    labels = torch.randint(4, vocab, (3, 5))
+    labels[0, 3:] = -100  # padding as the collator writes it
+    labels[1, 4] = 0  # padding as the pad id
+    return logits, labels
+
+
+def test_matches_the_formula_by_hand():
+    logits, labels = _batch()
+    eps, vocab = 0.1, logits.size(-1)
+    out = label_smoothed_cross_entropy(logits, labels, epsilon=eps, pad_token_id=0)
+    loss = nll = 0.0
+    count = 0
+    for b in range(labels.size(0)):
+        for t in range(labels.size(1)):
+            y = int(labels[b, t])
+            if y in (-100, 0):
+                continue
+            logp = torch.log_softmax(logits[b, t], dim=-1)
+            # q = (1 - eps) * onehot(y) + eps / V;  loss = -sum_k q_k log p_k
+            q = torch.full((vocab,), eps / vocab, dtype=torch.float64)
+            q[y] += 1 - eps
+            loss += float(-(q * logp).sum())
+            nll += float(-logp[y])
+            count += 1
+    assert int(out.ntokens) == count == 12
+    assert float(out.loss) == pytest.approx(loss, rel=1e-6)
+    assert float(out.nll) == pytest.approx(nll, rel=1e-6)
+
+
+def test_equals_torch_label_smoothing_and_plain_nll():
+    logits, labels = _batch(vocab=50)
+    targets = labels.masked_fill(labels == 0, -100)
+    out = label_smoothed_cross_entropy(logits, labels, epsilon=0.1)
+    ref = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum",
+                          label_smoothing=0.1)
+    assert float(out.loss) == pytest.approx(float(ref), rel=1e-5)
+    plain = label_smoothed_cross_entropy(logits, labels, epsilon=0.0)
+    ref_nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum")
+    assert float(plain.loss) == pytest.approx(float(ref_nll), rel=1e-5)
+    assert float(plain.nll) == pytest.approx(float(ref_nll), rel=1e-5)
+
+
+def test_gradients_flow_and_smoothing_raises_the_floor():
+    logits, labels = _batch()
+    logits = logits.float().requires_grad_()
+    out = label_smoothed_cross_entropy(logits, labels, epsilon=0.1)
+    out.loss.backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+    # padded positions get no gradient
+    assert logits.grad[0, 3:].abs().sum() == 0
+    # a perfectly confident correct prediction has zero nll but a positive smoothed loss
+    confident = torch.full((1, 1, 6), -30.0)
+    confident[0, 0, 4] = 30.0
+    out = label_smoothed_cross_entropy(confident, torch.tensor([[4]]), epsilon=0.1)
+    assert float(out.nll) < 1e-6 < float(out.loss)

@@ -1,0 +1,125 @@
+"""Recipes: every key checked (unknown, missing, mistyped), flags on top, a lossless round trip."""
+
+from pathlib import Path
+
+import pytest
+
+from aiayn_cli.errors import AiaynError
+from aiayn_cli.recipe import (
+    TrainRecipe,
+    load_recipe,
+    parse_duration,
+    recipe_differences,
+    recipe_field_docs,
+    save_recipe,
+)
+
+MINIMAL = """\
+model:
+  preset: tiny
+  dropout: 0.2
+data:
+  data_dir: some/folder
+  source_lang: en
+  target_lang: de
+tokenizer: tok
+output_dir: out
+max_steps: 10
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_loads_with_paper_defaults(tmp_path):
+    recipe = load_recipe(_write(tmp_path, MINIMAL))
+    assert recipe.model.preset == "tiny" and recipe.model.dropout == 0.2
+    assert recipe.adam_betas == [0.9, 0.98] and recipe.adam_eps == 1e-9
+    assert recipe.warmup_steps == 4000 and recipe.lr_schedule == "noam" and recipe.label_smoothing == 0.1
+    config = recipe.model.to_config(vocab_size=123)
+    assert (config.d_model, config.num_heads, config.vocab_size, config.dropout) == (64, 4, 123, 0.2)
+
+
+def test_unknown_key_is_named_with_its_line(tmp_path):
+    path = _write(tmp_path, MINIMAL + "warmup: 4000\n")
+    with pytest.raises(AiaynError, match=r"recipe.yaml:11: unknown key 'warmup'"):
+        load_recipe(path)
+    path = _write(tmp_path, MINIMAL.replace("  dropout: 0.2", "  dropuot: 0.2"))
+    with pytest.raises(AiaynError, match=r"recipe.yaml:3: unknown key 'model.dropuot'"):
+        load_recipe(path)
+
+
+def test_missing_required_key(tmp_path):
+    path = _write(tmp_path, MINIMAL.replace("tokenizer: tok\n", ""))
+    with pytest.raises(AiaynError, match=r"recipe.yaml: missing required key 'tokenizer'"):
+        load_recipe(path)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("max_tokens: lots", r"recipe.yaml:11: 'max_tokens' must be an integer, got 'lots'"),
+    ("max_tokens: 4096.5", r"'max_tokens' must be an integer"),
+    ("compile: 1", r"'compile' must be true/false"),
+    ("lr_schedule: cosine", r"'lr_schedule' must be one of 'noam', 'inverse_sqrt'"),
+    ("adam_betas: 0.9", r"'adam_betas' must be a list of a number"),
+    ("label_smoothing: 1.5", r"'label_smoothing' must be in \[0, 1\)"),
+    ("max_time: soon", r"'max_time' must be minutes or a duration"),
+    ("update_freq: 0", r"'update_freq' must be positive"),
+    ("model: small", r"'model' must be a mapping"),
+])
+def test_wrong_types_and_values(tmp_path, line, message):
+    with pytest.raises(AiaynError, match=message):
+        load_recipe(_write(tmp_path, MINIMAL + line + "\n"))
+
+
+def test_model_values_checked_by_the_config(tmp_path):
+    recipe = load_recipe(_write(tmp_path, MINIMAL.replace("  dropout: 0.2", "  d_model: 66")))
+    with pytest.raises(AiaynError, match="d_model .66. must be divisible by num_heads"):
+        recipe.model.to_config(vocab_size=100)
+
+
+def test_overrides_win_and_are_checked(tmp_path):
+    path = _write(tmp_path, MINIMAL)
+    recipe = load_recipe(path, {"max_tokens": 100, "model.dropout": 0.3, "lr_scale": 2})
+    assert recipe.max_tokens == 100 and recipe.model.dropout == 0.3
+    assert recipe.lr_scale == 2.0 and isinstance(recipe.lr_scale, float)
+    with pytest.raises(AiaynError, match=r"--set max_tokens: 'max_tokens' must be an integer"):
+        load_recipe(path, {"max_tokens": "x"})
+    with pytest.raises(AiaynError, match=r"unknown key 'model.width'"):
+        load_recipe(path, {"model.width": 3})
+    # all from flags, no file
+    recipe = load_recipe(None, {"model.preset": "tiny", "data": {"data_dir": "d"}, "tokenizer": "t",
+                                "output_dir": "o"})
+    assert recipe.model.preset == "tiny"
+
+
+def test_round_trip_and_differences(tmp_path):
+    recipe = load_recipe(_write(tmp_path, MINIMAL))
+    save_recipe(recipe, tmp_path / "out" / "recipe.yaml")
+    again = load_recipe(tmp_path / "out" / "recipe.yaml")
+    assert again == recipe
+    assert recipe_differences(recipe, again) == []
+    longer = load_recipe(_write(tmp_path, MINIMAL), {"max_steps": 100, "keep_last": 9})
+    assert recipe_differences(recipe, longer) == []  # run length may change on resume
+    other = load_recipe(_write(tmp_path, MINIMAL), {"seed": 7, "model.d_model": 128})
+    assert recipe_differences(recipe, other) == ["model.d_model: None -> 128", "seed: 1 -> 7"]
+
+
+def test_durations():
+    assert parse_duration(60) == 3600 and parse_duration("90m") == 5400
+    assert parse_duration("1.5h") == 5400 and parse_duration("1h30m") == 5400 and parse_duration("45s") == 45
+    for bad in ("", "soon", "-5", "0"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_every_field_is_documented():
+    import dataclasses
+
+    from aiayn_cli.recipe import ModelRecipe
+
+    for cls in (TrainRecipe, ModelRecipe):
+        docs = recipe_field_docs(cls)
+        assert set(docs) == {f.name for f in dataclasses.fields(cls)}
