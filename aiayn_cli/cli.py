@@ -47,6 +47,10 @@ def root(
 
 
 # Commands are registered below, one line each.
+from .commands import average, train  # noqa: E402
+
+app.command("train")(train.train)
+app.command("average")(average.average)
 
 
 def main() -> None:

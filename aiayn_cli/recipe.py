@@ -27,6 +27,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from .configuration_aiayn import PRESETS, AiaynConfig
+from .data import DataSpec
 from .errors import AiaynError
 
 
@@ -86,16 +87,17 @@ class TrainRecipe:
     # --- what to train, on what -------------------------------------------------------------
     model: ModelRecipe
     """The model (a mapping): `preset` and/or dimensions."""
-    data: dict[str, Any]
-    """The data (a mapping of `DataSpec` fields): a Hub dataset, a folder, files; languages."""
+    data: DataSpec
+    """The data (a mapping of `DataSpec` fields): a Hub dataset or a folder or files; languages; cleaning.
+    Relative paths are relative to the working directory."""
     tokenizer: str
     """The tokenizer folder written by `aiayn train-tokenizer` (or a Hub id)."""
     output_dir: str
     """Where checkpoints, metrics, the resolved recipe and the learning curve go."""
     train_split: str = "train"
     """The split to train on."""
-    valid_split: str = "validation"
-    """The split to validate on (Multi30k's `val` files are found under this name too)."""
+    valid_split: str | None = "validation"
+    """The split to validate on (Multi30k's `val` files are found under this name too); null: none."""
     max_length: int = 256
     """Training pairs with a side longer than this many tokens are dropped."""
     seed: int = 1
@@ -178,7 +180,16 @@ class TrainRecipe:
     """accelerate trackers: tensorboard, wandb (when installed), ...; [] for none."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain data (paths as strings), as saved in `recipe.yaml`."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
 
 
 # Keys that may change when a run is resumed: how long it runs and what it writes, not what it computes.
@@ -313,6 +324,8 @@ def _has_type(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
+    if hint is Path:
+        return isinstance(value, (str, Path))
     if origin is Literal:
         return value in args
     if origin is list:
@@ -331,7 +344,8 @@ def _type_name(hint: Any) -> str:
         return f"a list of {_type_name(typing.get_args(hint)[0])}"
     if typing.get_origin(hint) is dict:
         return "a mapping"
-    return {type(None): "null", bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
+    return {type(None): "null", bool: "true/false", int: "an integer", float: "a number", str: "a string",
+            Path: "a path"}.get(
         hint, str(hint))
 
 
@@ -363,6 +377,13 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
             parse_duration(recipe.max_time)
         except ValueError as err:
             fail("max_time", str(err))
+    if recipe.best_metric == "bleu" and (recipe.valid_bleu_samples == 0 or recipe.valid_split is None):
+        fail("best_metric", "is 'bleu' but no BLEU is computed (valid_bleu_samples: 0 or valid_split: null); "
+                            "use best_metric: loss")
+    try:
+        recipe.data.validate()
+    except AiaynError as err:
+        raise AiaynError(f"{where.get('data', source)}: data: {err}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
         raise AiaynError(f"{source}: set at least one of max_steps, max_epochs, max_time")
 

@@ -68,6 +68,9 @@ def test_missing_required_key(tmp_path):
     ("max_time: soon", r"'max_time' must be minutes or a duration"),
     ("update_freq: 0", r"'update_freq' must be positive"),
     ("model: small", r"'model' must be a mapping"),
+    ("data: {data_dir: x}", r"data: --source-lang .* required"),
+    ("data: {data_dir: x, dataset: wmt14, source_lang: en, target_lang: de}", r"data: give one data source"),
+    ("data: {data_dir: 3, source_lang: en, target_lang: de}", r"'data.data_dir' must be a string or a path or null"),
 ])
 def test_wrong_types_and_values(tmp_path, line, message):
     with pytest.raises(AiaynError, match=message):
@@ -90,7 +93,7 @@ def test_overrides_win_and_are_checked(tmp_path):
     with pytest.raises(AiaynError, match=r"unknown key 'model.width'"):
         load_recipe(path, {"model.width": 3})
     # all from flags, no file
-    recipe = load_recipe(None, {"model.preset": "tiny", "data": {"data_dir": "d"}, "tokenizer": "t",
+    recipe = load_recipe(None, {"model.preset": "tiny", "data": {"data_dir": "d", "source_lang": "en", "target_lang": "de"}, "tokenizer": "t",
                                 "output_dir": "o"})
     assert recipe.model.preset == "tiny"
 
