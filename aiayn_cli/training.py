@@ -62,19 +62,21 @@ class TrainResult:
     averaged: Path | None = None
     last_valid: dict[str, float] = field(default_factory=dict)
     averaged_valid: dict[str, float] = field(default_factory=dict)
+    is_main_process: bool = True  # under `accelerate launch`, only the main process reports
 
 
 def train(recipe: TrainRecipe, resume: str | None = None, show_progress: bool = True) -> TrainResult:
     """Train a model as `recipe` says; `resume` is None, "latest" or a checkpoint folder."""
-    # 1. The accelerator and the output folder.
-    accelerator = make_accelerator(recipe)
+    # 1. The output folder (a new run, or the checkpoint to resume), the tokenizer against the model:
+    #    user mistakes surface before anything heavy starts. Then the accelerator.
     output = Path(recipe.output_dir)
     checkpoint = prepare_output_dir(recipe, resume)
-    main = accelerator.is_main_process
-
-    # 2. Tokenizer, model, data.
     tokenizer = load_tokenizer(recipe.tokenizer)
     config = recipe.model.to_config(vocab_size=check_vocabulary(tokenizer, recipe))
+    accelerator = make_accelerator(recipe)
+    main = accelerator.is_main_process
+
+    # 2. Model and data.
     torch.manual_seed(recipe.seed)
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
@@ -122,7 +124,7 @@ def train(recipe: TrainRecipe, resume: str | None = None, show_progress: bool = 
         stopped_by=stopped_by, last_checkpoint=checkpoints[-1] if checkpoints else None,
         best_checkpoint=output / f"checkpoint-{state.best_step}" if state.best_step else None,
         best_metric=state.best_metric, averaged=averaged, last_valid=state.last_valid,
-        averaged_valid=averaged_valid,
+        averaged_valid=averaged_valid, is_main_process=main,
     )
 
 
@@ -172,7 +174,7 @@ def check_vocabulary(tokenizer, recipe: TrainRecipe) -> int:
 
 def tokenizer_hash(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    return xxhash.xxh3_64_hexdigest(backend.to_str()) if backend is not None else ""
+    return xxhash.xxh3_64_hexdigest(backend.to_str().encode()) if backend is not None else ""
 
 
 @dataclass

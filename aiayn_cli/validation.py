@@ -70,9 +70,10 @@ def translate_sample(model, tokenizer, sources: list[str], beam_size: int = 1, m
             input_ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
         attention_mask = (input_ids != tokenizer.pad_token_id).long()
         config = GenerationConfig(
-            num_beams=beam_size, do_sample=False, max_new_tokens=int(max_len_a * longest + max_len_b),
-            early_stopping=True, bos_token_id=model.config.bos_token_id, eos_token_id=model.config.eos_token_id,
+            num_beams=beam_size, do_sample=False, max_length=int(max_len_a * longest + max_len_b) + 1,  # + <s>
+            bos_token_id=model.config.bos_token_id, eos_token_id=model.config.eos_token_id,
             pad_token_id=model.config.pad_token_id, decoder_start_token_id=model.config.decoder_start_token_id,
+            **({"early_stopping": True} if beam_size > 1 else {}),
         )
         output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                                 generation_config=config)

@@ -82,11 +82,25 @@ def train(
     if recipe is None and not overrides:
         raise AiaynError("give a recipe (recipes/*.yaml) or the keys as flags")
     resolved = load_recipe(recipe, overrides)
+    _quiet_libraries()
     if resume and resume_from:
         raise AiaynError("give --resume or --resume-from, not both")
     result = run_training(resolved, resume=str(resume_from) if resume_from else ("latest" if resume else None),
                           show_progress=progress)
     _report(result)
+
+
+def _quiet_libraries() -> None:
+    """Our progress bar and validation lines only: no per-save bars or notes from the libraries."""
+    import logging
+
+    import datasets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.utils.logging.disable_progress_bar()
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
 
 
 def _set_overrides(values: list[str]) -> dict[str, Any]:
@@ -103,6 +117,8 @@ def _set_overrides(values: list[str]) -> dict[str, Any]:
 
 
 def _report(result) -> None:
+    if not result.is_main_process:
+        return
     minutes = result.train_seconds / 60
     typer.echo(f"trained {result.step} steps ({result.epoch} epochs) in {minutes:.1f} min, "
                f"{result.tokens_per_second:,.0f} tokens/s; stopped by {result.stopped_by}")

@@ -1,0 +1,124 @@
+"""Bad input to `aiayn train` and `aiayn average`: one line on stderr naming the problem, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, run_cli
+
+TINY = REPO_ROOT / "recipes" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from aiayn_cli.tokenization import train_tokenizer
+
+    root = tmp_path_factory.mktemp("tok")
+    sentences = [f"w{i} w{(i * 7) % 13} v{i % 5}x" for i in range(300)]
+    train_tokenizer(sentences, vocab_size=320, output_dir=root / "tok", show_progress=False)
+    return root / "tok"
+
+
+def aiayn(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """Run the CLI in this process (as `python -m aiayn_cli` does); (exit code, stdout, stderr)."""
+    from aiayn_cli.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["aiayn", *map(str, args)])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def one_error_line(code: int, err: str) -> str:
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _recipe(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_unknown_key_in_a_subprocess(tmp_path):
+    path = _recipe(tmp_path, TINY.read_text() + "warmup: 4000\n")
+    result = run_cli("train", path)
+    line = one_error_line(result.returncode, result.stderr)
+    assert f"{path}:" in line and "unknown key 'warmup'" in line
+
+
+def test_missing_key(monkeypatch, capsys, tmp_path):
+    text = "\n".join(line for line in TINY.read_text().splitlines() if not line.startswith("tokenizer:"))
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", _recipe(tmp_path, text))[::2])
+    assert "missing required key 'tokenizer'" in line
+
+
+def test_wrong_type(monkeypatch, capsys, tmp_path):
+    path = _recipe(tmp_path, TINY.read_text().replace("max_tokens: 512", "max_tokens: many"))
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", path)[::2])
+    assert "'max_tokens' must be an integer, got 'many'" in line
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--set", "model.dropout=high")[::2])
+    assert "--set model.dropout: 'model.dropout' must be a number or null" in line
+
+
+def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, tokenizer):
+    from aiayn_cli.recipe import load_recipe, save_recipe
+
+    out = tmp_path / "run"
+    save_recipe(load_recipe(TINY, {"output_dir": str(out), "tokenizer": str(tokenizer)}), out / "recipe.yaml")
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", out, "--tokenizer", tokenizer,
+                                 "--seed", "7")[::2])
+    assert f"output folder {out} holds a different run (seed: 1 -> 7)" in line
+    # the same run, with a checkpoint, needs --resume
+    (out / "checkpoint-5").mkdir()
+    (out / "checkpoint-5" / "trainer_state.json").write_text(json.dumps({"step": 5}))
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", out, "--tokenizer", tokenizer)[::2])
+    assert "already holds a run (checkpoint-5); pass --resume" in line
+    # a folder of other files
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", other, "--tokenizer", tokenizer)[::2])
+    assert "is not empty and holds no aiayn run" in line
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "new", "--tokenizer",
+                                 tokenizer, "--resume-from", other)[::2])
+    assert "not a complete checkpoint" in line
+
+
+def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, tokenizer):
+    from transformers import AutoTokenizer
+
+    size = len(AutoTokenizer.from_pretrained(tokenizer))
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "a", "--tokenizer", tokenizer,
+                                 "--set", "model.vocab_size=1000")[::2])
+    assert f"the tokenizer {tokenizer} has {size} tokens but model.vocab_size is 1000" in line
+    # special ids that are not the model's
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3, "a": 4}
+    other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+                                    pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    other.save_pretrained(tmp_path / "other-tok")
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "b", "--tokenizer",
+                                 tmp_path / "other-tok")[::2])
+    assert "has pad id 3, but the model expects 0" in line
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "c", "--tokenizer",
+                                 tmp_path / "missing")[::2])
+    assert f"cannot load the tokenizer {tmp_path / 'missing'}" in line
+
+
+def test_average_errors(monkeypatch, capsys, tmp_path):
+    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, "--last", "5", "-o", tmp_path / "x")[::2])
+    assert "holds no checkpoints" in line
+    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, tmp_path, "--last", "5", "-o",
+                                 tmp_path / "x")[::2])
+    assert "--last takes one run folder" in line
+    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, "-o", tmp_path / "x")[::2])
+    assert "no model.safetensors" in line

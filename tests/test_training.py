@@ -1,0 +1,183 @@
+"""`aiayn train` end to end on generated data: it learns; a kill -9 and a resume give the same weights
+as an uninterrupted run; a kill during a checkpoint write leaves the previous one loadable."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO_ROOT, cli_env, run_cli
+
+TINY = REPO_ROOT / "recipes" / "tiny.yaml"
+EN = [f"w{i}" for i in range(40)]
+DE = [f"v{i}x" for i in range(40)]
+
+
+def write_dictionary_task(folder: Path, n_train: int = 2000, n_valid: int = 64, seed: int = 0) -> Path:
+    """A word-by-word translation task a tiny model learns in a few hundred steps."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("val", n_valid)):
+        pairs = []
+        for _ in range(n):
+            words = [rng.randrange(len(EN)) for _ in range(rng.randint(3, 9))]
+            pairs.append((" ".join(EN[w] for w in words), " ".join(DE[w] for w in words)))
+        (folder / f"{split}.en").write_text("".join(s + "\n" for s, _ in pairs))
+        (folder / f"{split}.de").write_text("".join(t + "\n" for _, t in pairs))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """Generated data, its tokenizer, and a datasets cache of its own."""
+    from aiayn_cli.data import DataSpec
+    from aiayn_cli.tokenization import train_tokenizer
+
+    root = tmp_path_factory.mktemp("task")
+    data = write_dictionary_task(root / "data")
+    train_tokenizer(DataSpec(data_dir=str(data), source_lang="en", target_lang="de"), vocab_size=400,
+                    output_dir=root / "tok", show_progress=False)
+    return {"root": root, "data": data, "tokenizer": root / "tok",
+            "env": cli_env(HF_DATASETS_CACHE=str(root / "cache"), OMP_NUM_THREADS="1")}
+
+
+def train_args(task, output: Path, *extra: str) -> list[str]:
+    return ["train", str(TINY), "--data-dir", str(task["data"]), "--tokenizer", str(task["tokenizer"]),
+            "--output-dir", str(output), "--no-progress", *extra]
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return load_file(checkpoint / "model.safetensors")
+
+
+def max_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    out = tmp_path / "run"
+    result = run_cli(*train_args(task, out), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    assert "stopped by max_steps" in result.stdout
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "train/loss" in r]
+    valid = [r for r in records if "valid/bleu" in r]
+    assert [r["step"] for r in train] == list(range(20, 201, 20))
+    assert train[-1]["train/loss"] < train[0]["train/loss"] - 2.0  # it learns
+    assert valid[-1]["valid/bleu"] > 30 and valid[-1]["step"] == 200
+    assert all(r["tokens_per_s"] > 0 and r["lr"] > 0 for r in train)
+    # checkpoints: Hub-format folders with the training state; keep_last 3, averaged last 2
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-100", "checkpoint-200"]
+    last = out / "checkpoint-200"
+    names = {p.name for p in last.iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+            "trainer_state.json", "training_state"} <= names
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert state["step"] == 200 and state["best_step"] == 200
+    model = AutoModelForSeq2SeqLM.from_pretrained(last)
+    assert GenerationConfig.from_pretrained(last).num_beams == 4  # the paper's decoding defaults
+    tokenizer = AutoTokenizer.from_pretrained(last)
+    ids = model.generate(**tokenizer(["w1 w2 w3"], return_tensors="pt"), num_beams=1, max_length=20)
+    assert tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip() == "v1x v2x v3x"
+    averaged = json.loads((out / "averaged" / "averaged_from.json").read_text())["checkpoints"]
+    assert [Path(p).name for p in averaged] == ["checkpoint-100", "checkpoint-200"]
+    assert "averaged/valid/bleu" in records[-1]
+    # the resolved recipe, the learning curve, TensorBoard
+    assert "data_dir: " + str(task["data"]) in (out / "recipe.yaml").read_text()
+    assert (out / "learning_curve.png").stat().st_size > 10_000
+    assert list((out / "logs").rglob("events.out.tfevents.*"))
+
+
+def _start(task, output: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "aiayn_cli", *train_args(task, output, *extra)],
+                            env=task["env"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_when(process: subprocess.Popen, condition, timeout: float = 120.0, then_wait: float = 0.0) -> bool:
+    """kill -9 `process` `then_wait` seconds after `condition()` holds; False if it ended first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    time.sleep(then_wait)
+    if process.poll() is not None:
+        return False
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    return True
+
+
+RESUME_FLAGS = ("--max-steps", "60", "--set", "checkpoint_every_steps=3", "--set", "valid_every_steps=30",
+                "--set", "average_last=null", "--set", "keep_last=3", "--set", "trackers=[]")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(task):
+    out = task["root"] / "uninterrupted"
+    result = run_cli(*train_args(task, out, *RESUME_FLAGS), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    return weights(out / "checkpoint-60")
+
+
+def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    for attempt in range(5):  # the kill must land after the first checkpoint and before the end
+        process = _start(task, out, *RESUME_FLAGS)
+        killed = _kill_when(process, lambda: (out / "checkpoint-3").is_dir(), then_wait=random.uniform(0.0, 1.0))
+        if killed and not (out / "checkpoint-60").exists():
+            break
+        import shutil
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        pytest.fail("could not kill the run in the middle")
+    assert process.returncode == -signal.SIGKILL
+    stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.suffix == "")
+    assert 3 <= stopped_at < 60
+    result = run_cli(*train_args(task, out, *RESUME_FLAGS, "--resume"), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    assert f"resuming from {out}" in result.stderr
+    assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
+    # the metrics file has each step once, across the kill
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if "train/loss" in line]
+    assert steps == list(range(20, 61, 20))
+
+
+def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
+    from transformers import AutoModelForSeq2SeqLM
+
+    from aiayn_cli.checkpoint import latest_checkpoint
+
+    out = tmp_path / "run"
+    for attempt in range(10):  # kill -9 the moment a checkpoint's temporary folder appears
+        process = _start(task, out, *RESUME_FLAGS)
+        killed = _kill_when(process, lambda: (out / "checkpoint-6").is_dir() and any(out.glob("checkpoint-*.tmp")))
+        if killed and any(out.glob("checkpoint-*.tmp")):
+            break
+        import shutil
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        pytest.fail("could not kill the run during a checkpoint write")
+    partial = next(out.glob("checkpoint-*.tmp"))
+    previous = latest_checkpoint(out)
+    assert previous is not None and int(previous.name.split("-")[1]) < int(partial.name.split("-")[1].split(".")[0])
+    AutoModelForSeq2SeqLM.from_pretrained(previous)  # the previous checkpoint is whole
+    result = run_cli(*train_args(task, out, *RESUME_FLAGS, "--resume"), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    assert f"resuming from {previous}" in result.stderr
+    assert not list(out.glob("checkpoint-*.tmp"))
+    assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
