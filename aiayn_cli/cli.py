@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
+from .commands import average, train, train_tokenizer
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -47,8 +48,7 @@ def root(
 
 
 # Commands are registered below, one line each.
-from .commands import average, train  # noqa: E402
-
+app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
 app.command("train")(train.train)
 app.command("average")(average.average)
 

@@ -200,8 +200,9 @@ def _load_hub(spec: DataSpec, split: str) -> tuple[pa.Array, pa.Array, str, str]
 
 def _user_error(err: Exception, origin: str) -> AiaynError:
     """A one-line `AiaynError` for an exception the `datasets` library raised on a bad input."""
-    lines = str(err).strip().splitlines()
-    return AiaynError(f"could not load dataset {origin}: {lines[0] if lines else type(err).__name__}")
+    causes = [err] + ([err.__cause__] if err.__cause__ is not None else [])
+    lines = [str(cause).strip().splitlines()[0] for cause in causes if str(cause).strip()]
+    return AiaynError(f"could not load dataset {origin}: {': '.join(lines) or type(err).__name__}")
 
 
 def _select_saved_split(saved, split: str, origin: str) -> datasets.Dataset:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -70,7 +70,7 @@ def train_tokenizer(
     """
     _check_options(vocab_size, model, min_frequency, max_sentences, model_max_length)
     if output_dir is not None:
-        _check_output(Path(output_dir), overwrite)
+        check_output_dir(Path(output_dir), overwrite)
     if isinstance(data, DataSpec):
         data = load_split(data, split)
     sentences, count = _sentences(data, max_sentences, seed)
@@ -155,7 +155,8 @@ def _with_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
     return rebuilt
 
 
-def _check_output(output_dir: Path, overwrite: bool) -> None:
+def check_output_dir(output_dir: Path, overwrite: bool) -> None:
+    """Raise `AiaynError` unless `output_dir` may be written: absent, empty, or `overwrite`."""
     if output_dir.exists() and not output_dir.is_dir():
         raise AiaynError(f"--output {output_dir}: exists and is not a folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
@@ -164,9 +165,10 @@ def _check_output(output_dir: Path, overwrite: bool) -> None:
 
 def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwrite: bool = False) -> None:
     """`save_pretrained` into a temporary sibling folder, then rename it to `output_dir`."""
-    _check_output(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".tmp", dir=output_dir.parent))
+    staging = output_dir.parent / f".{output_dir.name}.{uuid.uuid4().hex[:12]}.tmp"
+    staging.mkdir()
     replaced = None
     try:
         tokenizer.save_pretrained(staging)
@@ -184,5 +186,5 @@ def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwr
             shutil.rmtree(replaced, ignore_errors=True)
 
 
-__all__ = ["BOS_ID", "BYTE_TOKENS", "EOS_ID", "MODELS", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "save_atomically",
-           "train_tokenizer"]
+__all__ = ["BOS_ID", "BYTE_TOKENS", "EOS_ID", "MODELS", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "check_output_dir",
+           "save_atomically", "train_tokenizer"]
