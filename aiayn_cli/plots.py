@@ -41,7 +41,8 @@ def plot_learning_curve(records: list[dict[str, Any]], output: str | os.PathLike
             ax_loss.plot(steps, values, style, label=label, markersize=3)
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("loss per target token")
-    ax_loss.legend()
+    if ax_loss.lines:
+        ax_loss.legend()
     ax_loss.grid(alpha=0.3)
     steps, values = _series(records, "valid/bleu")
     ax_bleu.plot(steps, values, "o-", color="tab:green", markersize=3)

@@ -37,6 +37,8 @@ class TrainState:
     """The next batch of this epoch, in each process's shard."""
     train_seconds: float = 0.0
     """Wall time of the training loop, over all resumes."""
+    cpu_seconds: float = 0.0
+    """CPU time of the main process in the training loop, over all resumes (all its threads)."""
     target_tokens: int = 0
     """Non-pad target tokens trained on, all processes."""
     source_tokens: int = 0

@@ -54,6 +54,7 @@ class TrainResult:
     step: int
     epoch: int
     train_seconds: float
+    cpu_seconds: float  # of the main process, all its threads, in the loop
     tokens_per_second: float  # non-pad source + target tokens per second of training loop, all processes
     stopped_by: str
     last_checkpoint: Path | None = None
@@ -84,8 +85,9 @@ def train(recipe: TrainRecipe, resume: str | None = None, show_progress: bool = 
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
     optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
+    fused = {"fused": True} if accelerator.device.type in ("cpu", "cuda") else {}  # one kernel for all tensors
     optimizer = optimizer_class(model.parameters(), lr=1.0, betas=tuple(recipe.adam_betas), eps=recipe.adam_eps,
-                                weight_decay=recipe.weight_decay)
+                                weight_decay=recipe.weight_decay, **fused)
     scheduler = build_scheduler(optimizer, recipe.lr_schedule, config.d_model, recipe.warmup_steps,
                                 lr_scale=recipe.lr_scale, peak_lr=recipe.lr, warmup_init_lr=recipe.warmup_init_lr)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -120,6 +122,7 @@ def train(recipe: TrainRecipe, resume: str | None = None, show_progress: bool = 
     checkpoints = list_checkpoints(output)
     return TrainResult(
         output_dir=output, step=state.step, epoch=state.epoch, train_seconds=state.train_seconds,
+        cpu_seconds=state.cpu_seconds,
         tokens_per_second=(state.source_tokens + state.target_tokens) / max(state.train_seconds, 1e-9),
         stopped_by=stopped_by, last_checkpoint=checkpoints[-1] if checkpoints else None,
         best_checkpoint=output / f"checkpoint-{state.best_step}" if state.best_step else None,
@@ -219,6 +222,19 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator) -> _Data:
     return _Data(train, train_loader, sampler, valid_loader, sources, references)
 
 
+def quiet_libraries() -> None:
+    """Only the run's own progress bar and lines: no per-save bars or notes from the libraries."""
+    import logging
+
+    import datasets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.utils.logging.disable_progress_bar()
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
+
+
 def _flat(mapping: dict, prefix: str = "") -> dict[str, Any]:
     """Dotted keys and scalar values, as trackers want their hyperparameters."""
     flat = {}
@@ -236,4 +252,4 @@ def _echo(accelerator, message: str) -> None:
 
 
 __all__ = ["TrainResult", "check_vocabulary", "load_data", "load_tokenizer", "make_accelerator",
-           "micro_batch_seed", "train"]
+           "micro_batch_seed", "quiet_libraries", "train"]

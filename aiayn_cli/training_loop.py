@@ -41,6 +41,7 @@ class Run:
         self.max_seconds = parse_duration(recipe.max_time) if recipe.max_time is not None else None
         self.bar = None
         self.t0, self.seconds0 = time.monotonic(), state.train_seconds
+        self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = self.seconds0
 
     def elapsed(self) -> float:
@@ -53,6 +54,7 @@ class Run:
         if stopped_by:
             return stopped_by  # a resumed run that had already finished
         self.t0, self.seconds0 = time.monotonic(), state.train_seconds
+        self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = state.train_seconds
         self.bar = tqdm(total=self._total_steps(), initial=state.step, unit="step", file=sys.stderr,
                         disable=not show_progress, dynamic_ncols=True)
@@ -221,6 +223,7 @@ class Run:
 
     def _checkpoint(self) -> None:
         self.state.train_seconds = self.elapsed()
+        self.state.cpu_seconds = self.cpu_seconds0 + time.process_time() - self.cpu0
         path = save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output)
         if self.accelerator.is_main_process:
             best = self.output / f"checkpoint-{self.state.best_step}" if self.state.best_step else None

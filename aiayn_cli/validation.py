@@ -91,7 +91,8 @@ def validation_bleu(model, tokenizer, sources: list[str], references: list[str],
 
     rank, world = accelerator.process_index, accelerator.num_processes
     mine = list(range(rank, len(sources), world))
-    hypotheses = translate_sample(model, tokenizer, [sources[i] for i in mine], beam_size, max_tokens)
+    with accelerator.autocast():
+        hypotheses = translate_sample(model, tokenizer, [sources[i] for i in mine], beam_size, max_tokens)
     pairs = gather_object(list(zip(mine, hypotheses))) if world > 1 else list(zip(mine, hypotheses))
     ordered = [text for _, text in sorted(pairs)]
     return sacrebleu.corpus_bleu(ordered, [references]).score, ordered

@@ -66,6 +66,7 @@ def train(
 ) -> None:
     """Train a Transformer with the paper's recipe (§5): Adam, warmup + inverse square root, label smoothing."""
     from ..recipe import load_recipe
+    from ..training import quiet_libraries
     from ..training import train as run_training
 
     overrides = _set_overrides(set_values or [])
@@ -82,25 +83,12 @@ def train(
     if recipe is None and not overrides:
         raise AiaynError("give a recipe (recipes/*.yaml) or the keys as flags")
     resolved = load_recipe(recipe, overrides)
-    _quiet_libraries()
+    quiet_libraries()
     if resume and resume_from:
         raise AiaynError("give --resume or --resume-from, not both")
     result = run_training(resolved, resume=str(resume_from) if resume_from else ("latest" if resume else None),
                           show_progress=progress)
     _report(result)
-
-
-def _quiet_libraries() -> None:
-    """Our progress bar and validation lines only: no per-save bars or notes from the libraries."""
-    import logging
-
-    import datasets
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.utils.logging.disable_progress_bar()
-    logging.getLogger("accelerate").setLevel(logging.ERROR)
 
 
 def _set_overrides(values: list[str]) -> dict[str, Any]:
