@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import latest_checkpoint, list_checkpoints, read_trainer_state
+from .checkpoint import latest_checkpoint, read_trainer_state
 from .errors import AiaynError
 from .recipe import TrainRecipe, load_recipe, recipe_differences
 
@@ -61,42 +61,43 @@ class TrainState:
         return asdict(self)
 
 
-def prepare_output_dir(recipe: TrainRecipe, resume: str | None) -> Path | None:
+def prepare_output_dir(recipe: TrainRecipe, resume: str | os.PathLike | None = None) -> Path | None:
     """Check that the run may use `recipe.output_dir`; the checkpoint to resume from, if any.
 
     Args:
-        resume: None (a new run), "latest" (the newest checkpoint of the folder; a new run where
-            there is none), or the path of a checkpoint.
+        resume: a checkpoint folder to continue from; None: the newest checkpoint of the output
+            folder when it holds this run (the same recipe, up to `RESUMABLE_CHANGES`), else a new run.
 
     Raises:
-        AiaynError: the folder holds a different run, or a run and no `--resume`, or other files.
+        AiaynError: the output folder holds a different run or files of something else, or `resume`
+            is not a complete checkpoint of this run.
     """
     output = Path(recipe.output_dir)
-    saved_recipe = output / RECIPE_FILE
-    if saved_recipe.is_file():
-        try:
-            previous = load_recipe(saved_recipe)
-        except AiaynError as err:
-            raise AiaynError(f"output folder {output} holds a recipe that does not load ({err})") from None
-        differences = recipe_differences(previous, recipe)
-        if differences:
-            shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
-            raise AiaynError(f"output folder {output} holds a different run ({shown}); choose another --output-dir")
-    elif output.is_dir() and any(output.iterdir()):
+    _check_same_run(output, recipe, "output folder", "choose another --output-dir")
+    if not (output / RECIPE_FILE).is_file() and output.is_dir() and any(output.iterdir()):
         raise AiaynError(f"output folder {output} is not empty and holds no aiayn run ({RECIPE_FILE} is missing); "
                          "choose a new or empty --output-dir")
-    checkpoints = list_checkpoints(output)
     if resume is None:
-        if checkpoints:
-            raise AiaynError(f"output folder {output} already holds a run ({checkpoints[-1].name}); "
-                             "pass --resume to continue it, or choose another --output-dir")
-        return None
-    if resume == "latest":
         return latest_checkpoint(output)
     checkpoint = Path(resume)
     if not (checkpoint / "trainer_state.json").is_file():
         raise AiaynError(f"--resume {resume}: not a complete checkpoint (no trainer_state.json)")
+    _check_same_run(checkpoint.parent, recipe, "--resume: the run of", "resume with its own recipe")
     return checkpoint
+
+
+def _check_same_run(folder: Path, recipe: TrainRecipe, what: str, advice: str) -> None:
+    saved = folder / RECIPE_FILE
+    if not saved.is_file():
+        return
+    try:
+        previous = load_recipe(saved)
+    except AiaynError as err:
+        raise AiaynError(f"{what} {folder} holds a recipe that does not load ({err})") from None
+    differences = recipe_differences(previous, recipe)
+    if differences:
+        shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
+        raise AiaynError(f"{what} {folder} holds a different run ({shown}); {advice}")
 
 
 def check_resumable(state: TrainState, checkpoint: Path, num_processes: int, tokenizer_hash: str) -> None:

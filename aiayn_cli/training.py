@@ -4,7 +4,8 @@ One `Accelerator` runs the loop: `accelerate launch` (or `accelerate config`) de
 processes, devices, DDP/FSDP and mixed precision; a recipe only sets mixed precision when it asks
 for it explicitly. The loop, phase by phase:
 
-1. the accelerator, the output folder (a new run, or the checkpoint to resume);
+1. the output folder (a new run, or the checkpoint to resume: by default the newest one of this
+   run), the tokenizer checked against the model, the accelerator;
 2. the tokenizer, the model (its vocabulary checked against the tokenizer), the data in
    token-count batches, each process reading its own shard (§5.1);
 3. Adam(0.9, 0.98, 1e-9) and the learning-rate schedule of equation (3) (§5.3);
@@ -66,8 +67,13 @@ class TrainResult:
     is_main_process: bool = True  # under `accelerate launch`, only the main process reports
 
 
-def train(recipe: TrainRecipe, resume: str | None = None, show_progress: bool = True) -> TrainResult:
-    """Train a model as `recipe` says; `resume` is None, "latest" or a checkpoint folder."""
+def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: bool = True) -> TrainResult:
+    """Train a model as `recipe` says.
+
+    Args:
+        resume: a checkpoint folder to continue from; None: the newest checkpoint in the output
+            folder if it holds this run (so that re-running a killed command continues it), else a new run.
+    """
     # 1. The output folder (a new run, or the checkpoint to resume), the tokenizer against the model:
     #    user mistakes surface before anything heavy starts. Then the accelerator.
     output = Path(recipe.output_dir)

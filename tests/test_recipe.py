@@ -126,3 +126,35 @@ def test_every_field_is_documented():
     for cls in (TrainRecipe, ModelRecipe):
         docs = recipe_field_docs(cls)
         assert set(docs) == {f.name for f in dataclasses.fields(cls)}
+
+
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.name for p in RECIPES])
+def test_every_shipped_recipe_validates(path):
+    recipe = load_recipe(path)
+    recipe.model.to_config(vocab_size=recipe.model.vocab_size or 8000)
+    opening = path.read_text().splitlines()[0:20]
+    assert opening[0].startswith("#") and any("aiayn train " in line for line in opening if line.startswith("#"))
+
+
+def test_recipes_can_express_the_papers_wmt14_runs(tmp_path):
+    """Base: 100k steps; big: 300k steps, P_drop 0.3; ~25k tokens per side and step; checkpoints every
+    10 minutes; average the last 5 (base) or 20 (big) checkpoints (§5.1-5.4, §6.1)."""
+    common = """\
+data: {dataset: wmt14, dataset_config: de-en, source_lang: en, target_lang: de}
+tokenizer: runs/wmt14-bpe37k
+valid_split: validation
+max_tokens: 3125            # x 8 GPUs = 25,000 tokens per side and step
+warmup_steps: 4000
+checkpoint_every_minutes: 10
+"""
+    base = load_recipe(_write(tmp_path, common + "model: {preset: base}\noutput_dir: runs/base\nmax_steps: 100000\n"
+                                       "keep_last: 5\naverage_last: 5\n"))
+    big = load_recipe(_write(tmp_path, common + "model: {preset: big}\noutput_dir: runs/big\nmax_steps: 300000\n"
+                                      "keep_last: 20\naverage_last: 20\n"))
+    assert base.data.dataset == "wmt14" and base.data.dataset_config == "de-en"
+    assert (base.adam_betas, base.adam_eps, base.label_smoothing) == ([0.9, 0.98], 1e-9, 0.1)
+    assert base.model.to_config(37000).d_model == 512 and big.model.to_config(37000).dropout == 0.3
+    assert (big.max_steps, big.average_last, big.checkpoint_every_minutes) == (300000, 20, 10.0)

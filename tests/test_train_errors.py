@@ -75,11 +75,6 @@ def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, token
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", out, "--tokenizer", tokenizer,
                                  "--seed", "7")[::2])
     assert f"output folder {out} holds a different run (seed: 1 -> 7)" in line
-    # the same run, with a checkpoint, needs --resume
-    (out / "checkpoint-5").mkdir()
-    (out / "checkpoint-5" / "trainer_state.json").write_text(json.dumps({"step": 5}))
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", out, "--tokenizer", tokenizer)[::2])
-    assert "already holds a run (checkpoint-5); pass --resume" in line
     # a folder of other files
     other = tmp_path / "other"
     other.mkdir()
@@ -87,7 +82,7 @@ def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, token
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", other, "--tokenizer", tokenizer)[::2])
     assert "is not empty and holds no aiayn run" in line
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "new", "--tokenizer",
-                                 tokenizer, "--resume-from", other)[::2])
+                                 tokenizer, "--resume", other)[::2])
     assert "not a complete checkpoint" in line
 
 

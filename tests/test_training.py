@@ -147,9 +147,10 @@ def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     assert process.returncode == -signal.SIGKILL
     stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.suffix == "")
     assert 3 <= stopped_at < 60
-    result = run_cli(*train_args(task, out, *RESUME_FLAGS, "--resume"), env=task["env"])
+    # the same command again continues the run
+    result = run_cli(*train_args(task, out, *RESUME_FLAGS), env=task["env"])
     assert result.returncode == 0, result.stderr
-    assert f"resuming from {out}" in result.stderr
+    assert f"resuming from {out / f'checkpoint-{stopped_at}'}" in result.stderr
     assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
     # the metrics file has each step once, across the kill
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
@@ -176,8 +177,27 @@ def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
     previous = latest_checkpoint(out)
     assert previous is not None and int(previous.name.split("-")[1]) < int(partial.name.split("-")[1].split(".")[0])
     AutoModelForSeq2SeqLM.from_pretrained(previous)  # the previous checkpoint is whole
-    result = run_cli(*train_args(task, out, *RESUME_FLAGS, "--resume"), env=task["env"])
+    result = run_cli(*train_args(task, out, *RESUME_FLAGS, "--resume", str(previous)), env=task["env"])
     assert result.returncode == 0, result.stderr
     assert f"resuming from {previous}" in result.stderr
     assert not list(out.glob("checkpoint-*.tmp"))
     assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
+
+
+def test_resume_of_a_finished_run_and_with_another_tokenizer(task, tmp_path, uninterrupted):
+    from aiayn_cli.data import DataSpec
+    from aiayn_cli.tokenization import train_tokenizer
+
+    out = task["root"] / "uninterrupted"
+    before = sorted(p.name for p in out.iterdir())
+    done = run_cli(*train_args(task, out, *RESUME_FLAGS), env=task["env"])
+    assert done.returncode == 0, done.stderr
+    assert "trained 60 steps" in done.stdout and sorted(p.name for p in out.iterdir()) == before
+    assert max_difference(weights(out / "checkpoint-60"), uninterrupted) == 0.0
+    other = write_dictionary_task(tmp_path / "other-data", n_train=500, seed=5)
+    train_tokenizer(DataSpec(data_dir=str(other), source_lang="en", target_lang="de"), vocab_size=400,
+                    output_dir=tmp_path / "other-tok", show_progress=False)
+    args = train_args(task, out, *RESUME_FLAGS)
+    args[args.index("--tokenizer") + 1] = str(tmp_path / "other-tok")
+    result = run_cli(*args, env=task["env"])
+    assert result.returncode == 2 and "trained with another tokenizer" in result.stderr, result.stderr

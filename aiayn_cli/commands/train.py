@@ -2,7 +2,7 @@
 
     aiayn train recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k
     accelerate launch -m aiayn_cli train recipes/multi30k_en_de.yaml          # several GPUs / machines
-    aiayn train recipes/multi30k_en_de.yaml --resume                          # after a kill
+    aiayn train recipes/multi30k_en_de.yaml                                   # again, after a kill: resumes
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ def train(
         "--output-dir", "-o", rich_help_panel=PANEL_RUN, help="Where checkpoints, metrics and the resolved recipe go.")] = None,
     tokenizer: Annotated[Optional[str], typer.Option(
         "--tokenizer", rich_help_panel=PANEL_RUN, help="The folder written by `aiayn train-tokenizer`.")] = None,
-    resume: Annotated[bool, typer.Option(
+    resume: Annotated[Optional[Path], typer.Option(
         "--resume", rich_help_panel=PANEL_RUN,
-        help="Continue the run in --output-dir from its latest checkpoint (a new run if it has none).")] = False,
-    resume_from: Annotated[Optional[Path], typer.Option(
-        "--resume-from", rich_help_panel=PANEL_RUN, help="Continue from this checkpoint folder.")] = None,
+        help="Continue from this checkpoint. Default: the newest checkpoint in --output-dir if it holds this run.")] = None,
     preset: Annotated[Optional[str], typer.Option(
         "--preset", rich_help_panel=PANEL_RUN, help="Model size: base, big (Table 3), small, tiny.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", rich_help_panel=PANEL_RUN,
@@ -84,10 +82,7 @@ def train(
         raise AiaynError("give a recipe (recipes/*.yaml) or the keys as flags")
     resolved = load_recipe(recipe, overrides)
     quiet_libraries()
-    if resume and resume_from:
-        raise AiaynError("give --resume or --resume-from, not both")
-    result = run_training(resolved, resume=str(resume_from) if resume_from else ("latest" if resume else None),
-                          show_progress=progress)
+    result = run_training(resolved, resume=resume, show_progress=progress)
     _report(result)
 
 
