@@ -9,6 +9,7 @@ import torch
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 
 SPECIALS, SYMBOLS = 4, 16  # <pad> <s> </s> <unk>, then the alphabet
+# The budget is CPU time of this process on one thread: 60 s of this CPU, whatever else runs.
 TIME_BUDGET_S = 60.0
 
 
@@ -37,6 +38,15 @@ def exact_match(model, src, mask, tgt) -> float:
 
 
 def test_tiny_model_learns_to_reverse_in_a_minute():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train_and_check()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_and_check():
     torch.manual_seed(0)
     config = AiaynConfig.from_preset("tiny", vocab_size=SPECIALS + SYMBOLS, dropout=0.0)
     model = AiaynForConditionalGeneration(config)
@@ -47,8 +57,8 @@ def test_tiny_model_learns_to_reverse_in_a_minute():
     held_out = reversal_batch(torch.Generator().manual_seed(1234), 300, min_len=6)
     train_gen = torch.Generator().manual_seed(0)
 
-    accuracy, step, start = 0.0, 0, time.perf_counter()
-    while time.perf_counter() - start < TIME_BUDGET_S:
+    accuracy, step, start = 0.0, 0, time.process_time()
+    while time.process_time() - start < TIME_BUDGET_S:
         src, mask, tgt = reversal_batch(train_gen, 128)
         loss = model(input_ids=src, attention_mask=mask, labels=tgt).loss
         optimizer.zero_grad()
@@ -60,7 +70,7 @@ def test_tiny_model_learns_to_reverse_in_a_minute():
             accuracy = exact_match(model, *held_out)
             if accuracy >= 0.98:
                 break
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     accuracy = exact_match(model, *held_out)
-    print(f"reversal: {accuracy:.1%} exact match after {step} steps, {elapsed:.1f} s")
-    assert accuracy >= 0.95, f"{accuracy:.1%} exact match after {step} steps ({elapsed:.1f} s)"
+    print(f"reversal: {accuracy:.1%} exact match after {step} steps, {elapsed:.1f} CPU s")
+    assert accuracy >= 0.95, f"{accuracy:.1%} exact match after {step} steps ({elapsed:.1f} CPU s)"
