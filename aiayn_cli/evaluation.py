@@ -121,7 +121,7 @@ def score(
         hypotheses: one detokenized translation per segment.
         references: for each hypothesis, its reference (a string) or its references (a list of
             strings, the same number for every hypothesis).
-        metrics: any of "sacrebleu", "chrf", "ter".
+        metrics: any of "sacrebleu", "chrf", "ter" (a name or a sequence of names).
         paper_bleu: add the paper's tokenized BLEU with compound splitting (needs `lang`).
         lang: language of the hypotheses and references, for the Moses tokenizer of `paper_bleu`.
         width: decimals of the formatted scores.
@@ -131,6 +131,7 @@ def score(
         "signature", "formatted", ...}}}``; `formatted` is sacreBLEU's own one-line report.
     """
     hypotheses = list(hypotheses)
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not hypotheses:
         raise AiaynError("no hypotheses; nothing to score")
     per_segment = _per_segment(references, len(hypotheses))
@@ -139,6 +140,7 @@ def score(
         raise AiaynError(f"unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}")
     if not metrics and not paper_bleu:
         raise AiaynError("no metric chosen; name at least one of " + ", ".join(METRICS))
+    lang = lang.lower() if lang else lang
     if paper_bleu and lang not in moses_languages():
         raise AiaynError(
             f"tokenized BLEU needs the language of the references for the Moses tokenizer (got {lang!r}); "
@@ -191,14 +193,20 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_json(results: dict[str, Any], path: str | Path) -> None:
-    """Write `results` as JSON to `path`, under a temporary name first and then renamed, so that a
-    failure never leaves a half-written file."""
+def check_output_path(path: str | Path) -> Path:
+    """Fail early, before any work, where `path` cannot be written as a file."""
     path = Path(path)
     if path.is_dir():
         raise AiaynError(f"{path}: is a folder; give a file name for the JSON results")
     if not path.parent.is_dir():
         raise AiaynError(f"{path}: folder {path.parent} does not exist")
+    return path
+
+
+def write_json(results: dict[str, Any], path: str | Path) -> None:
+    """Write `results` as JSON to `path`, under a temporary name first and then renamed, so that a
+    failure never leaves a half-written file."""
+    path = check_output_path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -216,6 +224,7 @@ def write_json(results: dict[str, Any], path: str | Path) -> None:
 __all__ = [
     "METRICS",
     "METRIC_MODULES",
+    "check_output_path",
     "PAPER_BLEU",
     "format_table",
     "language_from_path",

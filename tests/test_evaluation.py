@@ -19,7 +19,7 @@ from aiayn_cli.cli import main
 from aiayn_cli.errors import AiaynError
 from aiayn_cli.evaluation import format_table, load_metric, read_lines, read_parallel, score, write_json
 from aiayn_cli.metrics import METRIC_MODULES, METRICS_DIR, paper_bleu_tokenize, split_compounds
-from conftest import REPO_ROOT, cli_env
+from conftest import REPO_ROOT, cli_env, run_cli
 
 # Made-up sentences: punctuation, case, numbers, hyphenated compounds, one empty hypothesis.
 HYPS = [
@@ -117,6 +117,7 @@ def test_scores_equal_sacrebleu_directly(no_network, streams, width):
 
 
 def test_single_reference_strings_equal_lists():
+    assert list(score(HYPS, REFS, metrics="chrf")["scores"]) == ["chrf"]
     as_strings = score(HYPS, REFS, metrics=["sacrebleu", "chrf"])
     as_lists = score(HYPS, [[ref] for ref in REFS], metrics=["sacrebleu", "chrf"])
     assert as_strings["scores"] == as_lists["scores"]
@@ -159,7 +160,9 @@ def test_cli_offline_equals_sacrebleu_command_and_writes_only_json_and_cache(tmp
     write(work / "hyp.de", HYPS), write(work / "ref.de", REFS), write(work / "ref2.de", REFS2)
     before = {p for p in tmp_path.rglob("*")}
     env = cli_env(HOME=str(home))
-    for var in ("HF_HOME", "XDG_CACHE_HOME", "HF_MODULES_CACHE", "HF_METRICS_CACHE", "HF_EVALUATE_CACHE"):
+    # No offline switches either: loading the shipped modules by path needs no network at all.
+    for var in ("HF_HOME", "XDG_CACHE_HOME", "HF_MODULES_CACHE", "HF_METRICS_CACHE", "HF_EVALUATE_CACHE",
+                "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         env.pop(var, None)
     args = ["evaluate", "-i", "hyp.de", "-r", "ref.de", "-r", "ref2.de", "--paper-bleu", "--json", "out.json"]
     ours = subprocess.run(_wrapped_cli(args), cwd=work, env=env, capture_output=True, text=True, timeout=300)
@@ -250,12 +253,12 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path, monkeypatch, capsys, case
     for text in must_mention:
         assert text in err
     assert not (tmp_path / "no").exists()
+    if case == "json folder missing":
+        assert out == ""  # refused before any work
 
 
 def test_bad_input_through_the_console_entry_point(tmp_path):
     """The same in a subprocess: exit code 2 and one line, as a shell sees it."""
-    from conftest import run_cli
-
     result = run_cli("evaluate", "-i", write(tmp_path / "h.de", ["a", "b"]), "-r", write(tmp_path / "r.de", ["a"]))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'h.de'} has 2 lines but "

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import AiaynError
-from ..evaluation import METRICS, format_table, language_from_path, read_parallel, score, write_json
+from ..evaluation import METRICS, check_output_path, format_table, language_from_path, read_parallel, score, write_json
 
 
 def evaluate(
@@ -50,22 +50,31 @@ def evaluate(
     ] = None,
 ) -> None:
     """Score hypotheses against references; prints a table with sacreBLEU signatures."""
+    if json_path is not None:
+        check_output_path(json_path)
+    hyps, refs, inputs, file_lang = _inputs(hypotheses, references)
+    if paper_bleu and lang is None:
+        lang = file_lang
+        if lang is None:
+            raise AiaynError(
+                "--paper-bleu needs --lang (the references' language, e.g. de): "
+                f"it cannot be read from the file name {inputs['references'][0]}"
+            )
+    chosen = [name.strip() for name in metrics.split(",") if name.strip()]
+    results = {"inputs": inputs, **score(hyps, refs, metrics=chosen, paper_bleu=paper_bleu, lang=lang, width=width)}
+    typer.echo(format_table(results))
+    if json_path is not None:
+        write_json(results, json_path)
+        typer.echo(f"wrote {json_path}", err=True)
+
+
+def _inputs(hypotheses: Optional[Path], references: Optional[list[Path]]):
+    """Hypotheses, references (per segment), a description of where they came from, and the
+    references' language where their file name tells it."""
     if hypotheses is None:
         raise AiaynError("--hypotheses FILE is required (the translations to score, one per line)")
     if not references:
         raise AiaynError("--references FILE is required (the reference translations, one per line)")
     hyps, refs = read_parallel(hypotheses, references)
     inputs = {"hypotheses": str(hypotheses), "references": [str(path) for path in references]}
-    if paper_bleu and lang is None:
-        lang = language_from_path(references[0])
-        if lang is None:
-            raise AiaynError(
-                f"--paper-bleu needs --lang (the references' language, e.g. de): "
-                f"it cannot be read from the file name {references[0]}"
-            )
-
-    chosen = [name.strip() for name in metrics.split(",") if name.strip()]
-    results = {"inputs": inputs, **score(hyps, refs, metrics=chosen, paper_bleu=paper_bleu, lang=lang, width=width)}
-    typer.echo(format_table(results))
-    if json_path is not None:
-        write_json(results, json_path)
+    return hyps, refs, inputs, language_from_path(references[0])
