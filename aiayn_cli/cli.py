@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import evaluate
+from .commands import evaluate, push
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -49,6 +49,7 @@ def root(
 
 # Commands are registered below, one line each.
 app.command("evaluate")(evaluate.evaluate)
+app.command("push")(push.push)
 
 
 def main() -> None:

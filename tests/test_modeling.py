@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.modeling_aiayn import sinusoidal_positional_encoding
+from conftest import word_level_tokenizer
 
 VOCAB = 72  # differs from every other dimension of the tiny preset
 
@@ -348,18 +349,6 @@ def test_loads_and_generates_without_the_package(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == str(expected)
-
-
-def word_level_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"w{i}": i + 4 for i in range(VOCAB - 4)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>")
 
 
 def test_translation_pipeline_in_process():
