@@ -258,18 +258,19 @@ PRONOUNS = {
     "they": (("they", "them"), ("sie", "sie", "ihnen"), "pl"),
 }
 
-# Prepositions: English, German, the case they govern, what their object may be, whether the
-# phrase may follow an intransitive verb. The two-way prepositions (hinter, unter, ...) are used
-# for location only, hence dative.
+# Prepositions: English, German, the case they govern, what their object may be, the clauses
+# they go with. The two-way prepositions (hinter, unter, ...) only say where the subject of an
+# intransitive verb is, hence dative: after a transitive verb (throws a ball behind the house)
+# the accusative of direction would be as right.
 PREPOSITIONS = {
-    "with": ("mit", "dat", frozenset({"person", "animal", "object"}), True),
-    "for": ("für", "acc", frozenset({"person", "animal"}), False),
-    "without": ("ohne", "acc", frozenset({"person", "animal", "object"}), False),
-    "behind": ("hinter", "dat", frozenset({"place"}), True),
-    "under": ("unter", "dat", frozenset({"place"}), True),
-    "next to": ("neben", "dat", frozenset({"place"}), True),
-    "in front of": ("vor", "dat", frozenset({"place"}), True),
-    "on": ("auf", "dat", frozenset({"place"}), True),
+    "with": ("mit", "dat", frozenset({"person", "animal", "object"}), ("transitive", "intransitive")),
+    "for": ("für", "acc", frozenset({"person", "animal"}), ("transitive",)),
+    "without": ("ohne", "acc", frozenset({"person", "animal", "object"}), ("transitive",)),
+    "behind": ("hinter", "dat", frozenset({"place"}), ("intransitive",)),
+    "under": ("unter", "dat", frozenset({"place"}), ("intransitive",)),
+    "next to": ("neben", "dat", frozenset({"place"}), ("intransitive",)),
+    "in front of": ("vor", "dat", frozenset({"place"}), ("intransitive",)),
+    "on": ("auf", "dat", frozenset({"place"}), ("intransitive",)),
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +388,7 @@ def noun_phrase(np: NounPhrase, case: str) -> tuple[str, str]:
         raise ValueError(f"singular {np.noun!r} needs a determiner")
     key = "pl" if np.plural else noun.gender
     en_words = [(det.en_plural if np.plural else det.en), *np.adjectives, noun.en_plural if np.plural else noun.en]
-    if en_words[0] == "a" and en_words[1][0] in "aeio":
+    if en_words[0] == "a" and en_words[1][0] in "aeio":  # no lexicon word starts with u or a silent h
         en_words[0] = "an"
     de_words = [det.german(case, key), *(attributive(a, det.adjectives, case, key) for a in np.adjectives),
                 noun.german(case, np.plural)]
@@ -451,7 +452,9 @@ def render(clause: Clause) -> tuple[str, str]:
                 raise ValueError("'nicht' after a definite object with a prepositional phrase is left out")
         de += negation
     if clause.preposition:
-        de_prep, case, _, _ = PREPOSITIONS[clause.preposition]
+        de_prep, case, _, kinds = PREPOSITIONS[clause.preposition]
+        if ("transitive" if clause.object else "intransitive") not in kinds or clause.verb == "be":
+            raise ValueError(f"{clause.preposition!r} does not go with {clause.verb!r}")
         en_pp, de_pp = noun_phrase(clause.prepositional_object, case)
         en.append(f"{clause.preposition} {en_pp}")
         de.append(f"{de_prep} {de_pp}")
@@ -537,8 +540,7 @@ def sample_clause(rng: random.Random) -> Clause:
     preposition = pp_object = None
     definite_negated = negated and obj is not None and (obj.pronoun or obj.det not in ("a", "bare"))
     if kind != "dative" and not definite_negated and rng.random() < 0.4:
-        preposition = rng.choice([p for p, (_, _, _, intr) in PREPOSITIONS.items()
-                                  if intr or kind == "transitive"])
+        preposition = rng.choice([p for p, (_, _, _, kinds) in PREPOSITIONS.items() if kind in kinds])
         pp_object = _sample_np(rng, PREPOSITIONS[preposition][2], negative=False)
     return Clause(subject, verb.en, obj, None, preposition, pp_object, negated)
 
@@ -584,7 +586,7 @@ def write_corpus(output_dir: str | Path, *, train: int = 20000, validation: int 
     absent. The splits are disjoint on both sides. Returns the number of pairs per split.
     """
     output_dir = Path(output_dir)
-    sizes = {"train": train, "validation": validation, "test": test}
+    sizes = dict(zip(SPLITS, (train, validation, test)))
     for split, size in sizes.items():
         if size < 0:
             raise AiaynError(f"--{split}: the number of sentences must be >= 0, got {size}")

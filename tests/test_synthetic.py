@@ -137,6 +137,18 @@ def test_ungrammatical_noun_phrases_are_refused(np):
         noun_phrase(np, "nom")
 
 
+@pytest.mark.parametrize("clause", [
+    # `wirft einen Ball hinter das Haus` (direction, accusative) would be as right as the dative
+    Clause((NP("boy"),), "throw", NP("ball"), preposition="behind", prepositional_object=NP("house")),
+    Clause((NP("dog"),), "sleep", NP("ball")),  # an intransitive verb with an object
+    Clause((NP("dog"),), "see"),  # a transitive verb without one
+    Clause((NP("man"),), "see", NP("dog", "two", plural=True), negated=True),  # `nicht zwei Hunde`
+])
+def test_clauses_outside_the_grammar_are_refused(clause):
+    with pytest.raises(ValueError):
+        render(clause)
+
+
 def test_english_determines_german():
     """One translation per English sentence, over many sampled clauses (before de-duplication)."""
     rng = random.Random(0)
