@@ -519,8 +519,10 @@ def sample_clause(rng: random.Random) -> Clause:
         subject = (_sample_np(rng, frozenset(t for n in _NOUN_LIST for t in n.tags), negated=negated,
                               pronouns=tuple(PRONOUNS)),)
         tags = {"person"} if subject[0].pronoun else NOUNS[subject[0].noun].tags
+        coloured = any(a in COLORS for a in subject[0].adjectives)  # not: the red ball is blue
         predicate = rng.choice([a for a, (_, a_tags) in ADJECTIVES.items()
-                                if a_tags & tags and a not in subject[0].adjectives])
+                                if a_tags & tags and a not in subject[0].adjectives
+                                and not (coloured and a in COLORS)])
         return Clause(subject, "be", predicate=predicate, negated=negated)
     verb = rng.choice([v for v in VERBS.values()
                        if (v.object_case is None) == (kind == "intransitive")
