@@ -54,6 +54,9 @@ app.command("push")(push.push)
 
 def main() -> None:
     """Entry point of the `aiayn` console script and of `python -m aiayn_cli`."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights" bars say nothing to a CLI user
     try:
         app()
     except AiaynError as err:

@@ -11,9 +11,7 @@ import textwrap
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
-
-from aiayn_cli.cli import app
+from aiayn_cli.cli import main
 from aiayn_cli.evaluation import score
 from conftest import run_cli, save_tiny_model
 
@@ -40,6 +38,18 @@ def run_dir(tmp_path):
     results = score(["w5 w6 w7", "w8 w9"], ["w5 w6 w7", "w8 w10"])
     (run / "eval.json").write_text(json.dumps(results))
     return run
+
+
+def run_main(args: list, capsys) -> tuple[int, str]:
+    """Run the CLI in this process (so that monkeypatches apply); returns the exit code and all output."""
+    sys.argv = ["aiayn", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code or 0
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
 
 
 def front_matter(readme: str) -> dict:
@@ -116,7 +126,7 @@ def test_dry_run_folder_loads_and_translates_without_the_package(run_dir, tmp_pa
     assert lines[-2] == str(expected) and lines[-1] == expected[0]
 
 
-def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, monkeypatch):
+def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, monkeypatch, capsys):
     calls = {}
 
     class FakeApi:
@@ -135,13 +145,13 @@ def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, 
             return "https://huggingface.co/someone/x/commit/abc"
 
     monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
-    result = CliRunner().invoke(app, ["push", str(run_dir / "averaged"), "--repo-id", "someone/x", "--private",
-                                      "--revision", "v1", "--commit-message", "first", "--token", SECRET])
-    assert result.exit_code == 0, result.output
+    code, output = run_main(["push", run_dir / "averaged", "--repo-id", "someone/x", "--private",
+                             "--revision", "v1", "--commit-message", "first", "--token", SECRET], capsys)
+    assert code == 0, output
     assert calls["token"] == SECRET and calls["create"] == ("someone/x", True)
     assert calls["branch"] == "v1" and calls["upload"] == ("someone/x", "v1", "first")
     assert "model.safetensors" in calls["files"] and "README.md" in calls["files"]
-    assert SECRET not in result.output
+    assert SECRET not in output and "pushed" in output
 
 
 def test_offline_push_is_one_line_and_hides_the_token(run_dir):
@@ -153,8 +163,9 @@ def test_offline_push_is_one_line_and_hides_the_token(run_dir):
 
 
 @pytest.mark.parametrize("status, phrase", [(401, "invalid or expired"), (403, "may not write")])
-def test_permission_errors_are_one_line(run_dir, monkeypatch, status, phrase):
-    import httpx
+def test_permission_errors_are_one_line(run_dir, monkeypatch, capsys, status, phrase):
+    from types import SimpleNamespace
+
     from huggingface_hub.errors import HfHubHTTPError
 
     class RefusingApi:
@@ -162,12 +173,14 @@ def test_permission_errors_are_one_line(run_dir, monkeypatch, status, phrase):
             pass
 
         def create_repo(self, *args, **kwargs):
-            response = httpx.Response(status, request=httpx.Request("POST", "https://huggingface.co/api/repos/create"))
+            url = "https://huggingface.co/api/repos/create"
+            response = SimpleNamespace(status_code=status, headers={}, url=url, request=SimpleNamespace(url=url))
             raise HfHubHTTPError(f"{status} error for {SECRET}", response=response)
 
     monkeypatch.setattr("huggingface_hub.HfApi", RefusingApi)
-    result = CliRunner().invoke(app, ["push", str(run_dir / "averaged"), "--repo-id", "someone/x", "--token", SECRET])
-    assert result.exit_code == 2 and phrase in result.output and SECRET not in result.output
+    code, output = run_main(["push", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET], capsys)
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and phrase in lines[0] and SECRET not in output
 
 
 def test_bad_inputs(run_dir, tmp_path):
