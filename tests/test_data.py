@@ -185,6 +185,8 @@ def _bad_inputs(tmp_path):
          r"no sentence pairs left in train after cleaning \(.*2 empty"),
         ("no split in saved dataset", DataSpec(dataset=str(tmp_path / "saved"), **langs), "test",
          r"has no split 'test' \(splits: train\)"),
+        ("unreachable hub dataset", DataSpec(dataset="no-such-user/no-such-dataset", dataset_config="de-en", **langs),
+         "train", r"could not load dataset no-such-user/no-such-dataset \(de-en\): "),
     ]
 
 
@@ -223,6 +225,24 @@ def test_cli_reports_bad_input_and_leaves_no_output(tmp_path, capsys, case):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_reads_a_saved_dataset_with_cleaning_options(tmp_path, capsys):
+    pairs = make_pairs(120, seed=9)
+    pairs = pairs + pairs[:20] + [("one two three four five six seven eight nine ten eleven twelve thirteen", "x y")]
+    translation = [{"en": s, "de": t} for s, t in pairs]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": translation})}).save_to_disk(
+        str(tmp_path / "saved"))
+    code, out, err = invoke(capsys, "train-tokenizer", "--dataset", tmp_path / "saved", "-s", "de", "-t", "en",
+                            "--max-length", "12", "--max-ratio", "4", "--dedup", "--vocab-size", "350",
+                            "-o", tmp_path / "tok")
+    assert code == 0, err
+    report = next(line for line in err.splitlines() if "pairs read" in line)
+    unique = len(set(pairs[:120]))  # random short sentences repeat now and then
+    assert report == (f"train ({tmp_path / 'saved'}): 141 pairs read, {unique} kept; dropped 0 empty, "
+                      f"1 longer than 12 tokens, 0 past length ratio 4, {140 - unique} duplicates; "
+                      "stripped whitespace in 0")
+    assert (tmp_path / "tok" / "tokenizer.json").is_file()
 
 
 def test_cli_subprocess_exit_code_and_message(tmp_path):
