@@ -99,6 +99,14 @@ def test_hub_loader_reads_a_local_dataset_folder(tmp_path):
     assert pairs_of(load_split(mixed, "train")) == pairs
 
 
+def test_byte_order_mark_and_crlf_line_ends(tmp_path):
+    (tmp_path / "train.en").write_bytes(b"\xef\xbb\xbfA dog.\r\nA cat.\r\n")
+    (tmp_path / "train.de").write_bytes("Ein Hund.\r\nEine Katze.".encode())  # no newline at the end
+    dataset = load_split(DataSpec(data_dir=tmp_path, source_lang="en", target_lang="de"), "train")
+    assert pairs_of(dataset) == [("A dog.", "Ein Hund."), ("A cat.", "Eine Katze.")]
+    assert dataset.cleaning_report.stripped == 2  # the "\r"s, counted
+
+
 def test_fingerprint_follows_content_and_cleaning(tmp_path):
     write_text_split(tmp_path / "a", "train", make_pairs(20, seed=3))
     write_text_split(tmp_path / "b", "train", make_pairs(20, seed=3))
