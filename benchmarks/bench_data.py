@@ -78,9 +78,9 @@ def main() -> None:
             start, start_cpu = time.perf_counter(), time.process_time()
             tokenized = tokenize_split(train, tokenizer, num_proc=args.num_proc, cache_dir=Path(cache) / str(repeat))
             wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
+        per_cpu = f", {len(train) / cpu:,.0f} per CPU-second" if (args.num_proc or 1) == 1 else ""
         rows.append((f"tokenize_split, num_proc={args.num_proc}", f"{len(train)} pairs",
-                     f"{len(train) / wall:,.0f} pairs/s (ratio {len(train) / wall / reference:.2f}), "
-                     f"{len(train) / cpu:,.0f} per CPU-second of this process"))
+                     f"{len(train) / wall:,.0f} pairs/s (ratio {len(train) / wall / reference:.2f}){per_cpu}"))
         start = time.perf_counter()
         again = tokenize_split(load_split(spec, "train"), tokenizer, num_proc=args.num_proc, cache_dir=Path(cache) / "0")
         second = time.perf_counter() - start
