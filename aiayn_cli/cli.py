@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import evaluate, push
+from .commands import evaluate, push, train_tokenizer
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -50,6 +50,7 @@ def root(
 # Commands are registered below, one line each.
 app.command("evaluate")(evaluate.evaluate)
 app.command("push")(push.push)
+app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
 
 
 def main() -> None:
