@@ -181,44 +181,90 @@ def _onednn_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
-class DecoderWeights:
-    """The decoder's weights in the form `IncrementalDecoder` uses, prepared once per model (and again
-    only when a parameter changes): the projections of every layer and the pre-softmax projection."""
+class PreparedWeights:
+    """The model's projections in the form the fast path uses, prepared once per model (and again only
+    when a parameter changes): every encoder and decoder layer's, and the pre-softmax projection."""
 
     def __init__(self, model: AiaynForConditionalGeneration):
         self.signature = _signature(model)
-        decoder = model.model.decoder
-        config = model.config
-        self.layers = []
-        for layer in decoder.layers:
-            sa, ca, ffn = layer.self_attn, layer.cross_attn, layer.feed_forward
-            relu = config.activation_function == "relu"
-            self.layers.append({
+        relu = model.config.activation_function == "relu"
+
+        def feed_forward(ffn) -> dict:
+            return {"w_1": Projection(ffn.w_1.weight, ffn.w_1.bias, relu=relu),
+                    "w_2": Projection(ffn.w_2.weight, ffn.w_2.bias),
+                    "activation": None if relu else ffn.activation}
+
+        self.encoder_layers = []
+        for layer in model.model.encoder.layers:
+            sa = layer.self_attn
+            self.encoder_layers.append({
+                "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
+                "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
+                **feed_forward(layer.feed_forward),
+                "norms": (layer.self_attn_sublayer.norm, layer.feed_forward_sublayer.norm),
+            })
+        self.decoder_layers = []
+        for layer in model.model.decoder.layers:
+            sa, ca = layer.self_attn, layer.cross_attn
+            self.decoder_layers.append({
                 "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
                 "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
                 "q": Projection(ca.q_proj.weight, ca.q_proj.bias),
+                "kv": Projection(ca.kv_proj.weight, ca.kv_proj.bias),
                 "cross_out": Projection(ca.out_proj.weight, ca.out_proj.bias),
-                "w_1": Projection(ffn.w_1.weight, ffn.w_1.bias, relu=relu),
-                "w_2": Projection(ffn.w_2.weight, ffn.w_2.bias),
-                "activation": None if relu else ffn.activation,
+                **feed_forward(layer.feed_forward),
                 "norms": (layer.self_attn_sublayer.norm, layer.cross_attn_sublayer.norm,
                           layer.feed_forward_sublayer.norm),
             })
         self.lm_head = Projection(model.lm_head.weight)
 
     @classmethod
-    def of(cls, model: AiaynForConditionalGeneration) -> "DecoderWeights":
+    def of(cls, model: AiaynForConditionalGeneration) -> "PreparedWeights":
         prepared = _PREPARED.get(model)
         if prepared is None or prepared.signature != _signature(model):
             prepared = _PREPARED[model] = cls(model)
         return prepared
 
 
-_PREPARED: "weakref.WeakKeyDictionary[AiaynForConditionalGeneration, DecoderWeights]" = weakref.WeakKeyDictionary()
+def _feed_forward(layer: dict, x: torch.Tensor) -> torch.Tensor:
+    """3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (the ReLU fused into the first projection)."""
+    y = layer["w_1"](x)
+    if layer["activation"] is not None:
+        y = layer["activation"](y)
+    return layer["w_2"](y)
+
+
+def encode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor,
+           attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The encoder's output `(B, S, d_model)`: `model.model.encoder` computed with the prepared projections."""
+    weights, encoder, config = PreparedWeights.of(model), model.model.encoder, model.config
+    batch, length = input_ids.shape
+    h, d_k, d_model, pre_norm = config.num_heads, config.d_k, config.d_model, config.pre_norm
+    x = encoder.embed_positions(encoder.embed_tokens(input_ids)).view(batch * length, d_model)  # 3.4, 3.5
+    mask = None
+    if attention_mask is not None and not bool(attention_mask.all()):
+        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+    for layer in weights.encoder_layers:
+        self_norm, ffn_norm = layer["norms"]
+        qkv = layer["qkv"](self_norm(x) if pre_norm else x).view(batch, length, 3, h, d_k).permute(2, 0, 3, 1, 4)
+        heads = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)  # (B, h, S, d_k)
+        y = layer["self_out"](heads.transpose(1, 2).reshape(batch * length, d_model))
+        x = x + y if pre_norm else self_norm(x + y)
+        y = _feed_forward(layer, ffn_norm(x) if pre_norm else x)
+        x = x + y if pre_norm else ffn_norm(x + y)
+    if encoder.final_norm is not None:
+        x = encoder.final_norm(x)
+    return x.view(batch, length, d_model)
+
+
+_PREPARED: "weakref.WeakKeyDictionary[AiaynForConditionalGeneration, PreparedWeights]" = weakref.WeakKeyDictionary()
 
 
 def _signature(model: torch.nn.Module) -> tuple:
-    return tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in model.parameters())
+    """Changes when a parameter is replaced, moved, cast or modified in place (inference tensors,
+    which cannot be modified outside inference mode, have no version counter)."""
+    return tuple((p.data_ptr(), 0 if p.is_inference() else p._version, p.dtype, p.device)
+                 for p in model.parameters())
 
 
 class IncrementalDecoder:
@@ -241,7 +287,7 @@ class IncrementalDecoder:
             max_rows: the most rows there will be (sentences times beams).
         """
         config = model.config
-        self.weights = DecoderWeights.of(model)
+        self.weights = PreparedWeights.of(model)
         self.final_norm = model.model.decoder.final_norm
         self.pre_norm = config.pre_norm
         self.h, self.d_k, self.d_model = config.num_heads, config.d_k, config.d_model
@@ -256,14 +302,14 @@ class IncrementalDecoder:
             self.positions = sinusoidal_positional_encoding(positions, self.d_model).to(dtype)  # (capacity, d_model)
 
         # The encoder runs once; each layer's encoder-decoder keys and values are computed once per sentence.
-        memory = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        memory = encode(model, input_ids, attention_mask)  # (B, S, d_model)
         batch, source_length, _ = memory.shape
         self.memory_mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
             self.memory_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
         self.cross_kv = []
-        for layer in decoder.layers:
-            kv = layer.cross_attn.kv_proj(memory).view(batch, source_length, 2, self.h, self.d_k)
+        for layer in self.weights.decoder_layers:
+            kv = layer["kv"](memory.view(-1, self.d_model)).view(batch, source_length, 2, self.h, self.d_k)
             self.cross_kv.append(kv.permute(2, 0, 3, 1, 4))  # (2, B, h, S, d_k)
 
         shape = (max_rows, len(decoder.layers), 2, self.h, capacity, self.d_k)
@@ -289,7 +335,7 @@ class IncrementalDecoder:
         h, d_k, d_model, pre_norm = self.h, self.d_k, self.d_model, self.pre_norm
         # 3.4 and 3.5: the scaled embedding plus the encoding of position t.
         x = F.embedding(tokens, self.embed_weight) * self.embed_scale + self.positions[t]  # (N, d_model)
-        for i, layer in enumerate(self.weights.layers):
+        for i, layer in enumerate(self.weights.decoder_layers):
             self_norm, cross_norm, ffn_norm = layer["norms"]
             # Masked self-attention over positions 0..t; the new key and value are written in place.
             qkv = layer["qkv"](self_norm(x) if pre_norm else x).view(n, 3, h, d_k)
@@ -304,11 +350,7 @@ class IncrementalDecoder:
             heads = F.scaled_dot_product_attention(query, keys, values, attn_mask=self.memory_mask)  # (B, h, beams, d_k)
             y = layer["cross_out"](heads.transpose(1, 2).reshape(n, d_model))
             x = x + y if pre_norm else cross_norm(x + y)
-            # 3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2
-            y = layer["w_1"](ffn_norm(x) if pre_norm else x)
-            if layer["activation"] is not None:
-                y = layer["activation"](y)
-            y = layer["w_2"](y)
+            y = _feed_forward(layer, ffn_norm(x) if pre_norm else x)
             x = x + y if pre_norm else ffn_norm(x + y)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -353,7 +395,7 @@ def beam_search(decoder: StepDecoder, max_lens: list[int], options: DecodingOpti
             lprobs[:, eos_id] = -math.inf
         _force_eos(lprobs, max_len_rows <= t, eos_id)
         n_sentences, beams = scores.shape
-        candidates = (scores.unsqueeze(-1) + lprobs.view(n_sentences, beams, vocab)).view(n_sentences, -1)
+        candidates = lprobs.add_(scores.view(-1, 1)).view(n_sentences, beams * vocab)  # in place: lprobs is done
         top_scores, top_ids = candidates.topk(min(2 * beam, beams * vocab), dim=1)  # (B, 2 * beam)
         top_beams, top_tokens = top_ids // vocab, top_ids % vocab
         ends = top_tokens == eos_id
