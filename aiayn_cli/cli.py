@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
+from .commands import translate
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -47,6 +48,7 @@ def root(
 
 
 # Commands are registered below, one line each.
+app.command("translate")(translate.translate)
 
 
 def main() -> None:

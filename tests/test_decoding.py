@@ -21,6 +21,16 @@ from aiayn_cli.decoding import (
 PAD, BOS, EOS = 0, 1, 2
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One thread: on a machine shared by other processes, two threads wait for each other at every
+    small operation of a tiny model."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_model(seed: int = 0, **overrides) -> AiaynForConditionalGeneration:
     """A random tiny model whose translations end at varied lengths.
 
