@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import translate
+from .commands import evaluate, push, train_tokenizer, translate
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -48,11 +48,17 @@ def root(
 
 
 # Commands are registered below, one line each.
+app.command("evaluate")(evaluate.evaluate)
+app.command("push")(push.push)
+app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
 app.command("translate")(translate.translate)
 
 
 def main() -> None:
     """Entry point of the `aiayn` console script and of `python -m aiayn_cli`."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights" bars say nothing to a CLI user
     try:
         app()
     except AiaynError as err:

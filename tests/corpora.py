@@ -1,0 +1,106 @@
+"""Small parallel corpora written to temporary folders, and the Multi30k tokenizer shared by tests.
+
+Expensive objects (the 10,000-token BPE of Multi30k, its tokenized training split) are built once
+per test process: the pytest fixtures here memoize through `functools.cache`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+WORDS_EN = "a dog cat man woman child runs walks sits on the in red blue big small street park ball".split()
+WORDS_DE = "ein hund katze mann frau kind rennt geht sitzt auf der im rot blau groß klein straße park ball".split()
+
+
+def make_pairs(n: int, seed: int = 0, max_words: int = 12) -> list[tuple[str, str]]:
+    """`n` sentence pairs of random words; the target is the source's words, mapped and reversed."""
+    rng = random.Random(seed)
+    to_de = dict(zip(WORDS_EN, WORDS_DE))
+    pairs = []
+    for _ in range(n):
+        words = [rng.choice(WORDS_EN) for _ in range(rng.randint(1, max_words))]
+        pairs.append((" ".join(words).capitalize() + ".", " ".join(to_de[w] for w in reversed(words)) + "."))
+    return pairs
+
+
+def write_lines(path: Path, lines, newline_at_end: bool = True) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(lines) + ("\n" if newline_at_end and lines else "")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_text_split(folder: Path, split: str, pairs, source_lang: str = "en", target_lang: str = "de") -> None:
+    write_lines(folder / f"{split}.{source_lang}", [s for s, _ in pairs])
+    write_lines(folder / f"{split}.{target_lang}", [t for _, t in pairs])
+
+
+def write_jsonl(path: Path, pairs, source_lang: str = "en", target_lang: str = "de") -> Path:
+    rows = [json.dumps({"translation": {source_lang: s, target_lang: t}}, ensure_ascii=False) for s, t in pairs]
+    return write_lines(path, rows)
+
+
+def write_tsv(path: Path, pairs) -> Path:
+    return write_lines(path, [f"{s}\t{t}" for s, t in pairs])
+
+
+_scratch = Path(tempfile.mkdtemp(prefix="aiayn-tests-"))
+atexit.register(shutil.rmtree, _scratch, True)
+
+
+@functools.cache
+def multi30k_bpe(multi30k_dir: Path):
+    """The 10,000-token joint BPE of Multi30k train (en + de), trained once per test process."""
+    from aiayn_cli.data import DataSpec
+    from aiayn_cli.tokenization import train_tokenizer
+
+    spec = DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de")
+    return train_tokenizer(spec, vocab_size=10000, show_progress=False)
+
+
+@functools.cache
+def multi30k_train_tokenized(multi30k_dir: Path):
+    """Multi30k train (en-de), tokenized with `multi30k_bpe`, cached in a scratch folder."""
+    from aiayn_cli.batching import tokenize_split
+    from aiayn_cli.data import DataSpec, load_split
+
+    train = load_split(DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de"), "train")
+    return tokenize_split(train, multi30k_bpe(multi30k_dir), cache_dir=_scratch / "tokenized")
+
+
+@pytest.fixture
+def bpe_multi30k(multi30k_dir):
+    return multi30k_bpe(multi30k_dir)
+
+
+@pytest.fixture
+def tokenized_multi30k(multi30k_dir):
+    return multi30k_train_tokenized(multi30k_dir)
+
+
+def invoke(capsys, *args) -> tuple[int, str, str]:
+    """Run `aiayn ARGS...` in this process through the console entry point; (exit code, stdout, stderr)."""
+    import sys
+
+    from aiayn_cli.cli import main
+
+    capsys.readouterr()  # drop what came before
+    argv = sys.argv
+    sys.argv = ["aiayn", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr()
+    return code, out.out, out.err
