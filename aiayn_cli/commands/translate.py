@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -40,8 +41,9 @@ def translate(
                                                 help="Beam size; 1 is greedy search.", show_default=False)] = None,
     nbest: Annotated[int, typer.Option(
         "--nbest", min=1, rich_help_panel=DECODING,
-        help="Print the N best hypotheses of each input, as 'INDEX ||| TRANSLATION ||| SCORE' lines (INDEX counts "
-             "inputs from 0; SCORE is log p / length penalty); N samples with --sample.")] = 1,
+        help="Print the N best hypotheses of each input, as N lines 'INDEX ||| TRANSLATION ||| SCORE' (INDEX counts "
+             "inputs from 0; SCORE is log p / length penalty; an empty input gives N empty hypotheses of score 0); "
+             "N samples with --sample.")] = 1,
     length_penalty: Annotated[Optional[float], typer.Option(
         "--length-penalty", "--alpha", rich_help_panel=DECODING, help="alpha of the length penalty.",
         show_default=False)] = None,
@@ -143,7 +145,7 @@ def _write_to(out: BinaryIO, results: Iterable[list[tuple[str, float]]], nbest: 
         if nbest == 1:
             lines = [hyps[0][0] if hyps else ""]
         else:
-            hyps = hyps or [("", float("-inf"))]
+            hyps = hyps or [("", 0.0)] * nbest  # an empty (or skipped) input: empty hypotheses
             lines = [f"{index} ||| {text} ||| {score:.6f}" for text, score in hyps]
         out.write("".join(line + "\n" for line in lines).encode("utf-8"))
         if flush:
@@ -152,8 +154,7 @@ def _write_to(out: BinaryIO, results: Iterable[list[tuple[str, float]]], nbest: 
 
 def _with_flag_names(message: str) -> str:
     if message.startswith("decoding options: "):
-        for name, flag in FLAGS.items():
-            message = message.replace(name, flag)
+        message = re.sub(r"\b(" + "|".join(FLAGS) + r")\b", lambda match: FLAGS[match.group(1)], message)
     return message
 
 
