@@ -164,8 +164,9 @@ class Projection:
         self.weight, self.bias, self.relu = weight, bias, relu
         self.packed = None
         if weight.device.type == "cpu" and _onednn_available():
-            try:
+            try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype (fp16 on most CPUs)
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+                self(weight.new_zeros(1, weight.size(1)))
             except (RuntimeError, AttributeError):
                 self.packed = None
 

@@ -118,6 +118,11 @@ def build_ctranslate2(folder: Path, vocab: int, threads: int):
                                   inter_threads=1)
 
 
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def run_aiayn(model, ids, mask, steps: int, beams: int) -> int:
     options = DecodingOptions(num_beams=beams, length_penalty=0.6, max_len_a=0, max_len_b=steps - 1,
                               min_len=steps - 1)
@@ -145,22 +150,27 @@ def run_ctranslate2(translator, sentences: list[list[str]], steps: int, beams: i
     return steps * len(sentences)
 
 
-def timed(fn) -> tuple[float, int]:
+def timed(fn, device: str) -> tuple[float, int]:
+    synchronize(device)
     start = time.perf_counter()
     tokens = fn()
+    synchronize(device)
     return time.perf_counter() - start, tokens
 
 
 def bench(dims: str, vocab: int, batch: int, args, workdir: Path) -> dict:
-    aiayn = build_aiayn(dims, vocab)
-    marian = build_marian(dims, vocab, workdir / f"marian-{dims}-{vocab}")
-    ct2 = None if args.no_ctranslate2 else build_ctranslate2(workdir / f"marian-{dims}-{vocab}", vocab, args.threads)
+    aiayn = build_aiayn(dims, vocab).to(args.device)
+    marian = build_marian(dims, vocab, workdir / f"marian-{dims}-{vocab}").to(args.device)
+    ct2 = None
+    if not args.no_ctranslate2 and args.device == "cpu":
+        ct2 = build_ctranslate2(workdir / f"marian-{dims}-{vocab}", vocab, args.threads)
     ct2_reason = ct2 if isinstance(ct2, str) else None
     # The same source lengths and ids for all systems (each in its own special-id convention).
     ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
     m_ids, m_mask, m_sentences = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=0,
                                             pad=vocab - 1, low=4)
     ct2_sentences = [[f"t{i}" if i != 0 else "</s>" for i in s] for s in m_sentences]
+    ids, mask, m_ids, m_mask = (t.to(args.device) for t in (ids, mask, m_ids, m_mask))
     systems = {
         "aiayn": lambda: run_aiayn(aiayn, ids, mask, args.new_tokens, args.beams),
         "hf_marian": lambda: run_marian(marian, m_ids, m_mask, args.new_tokens, args.beams),
@@ -173,17 +183,21 @@ def bench(dims: str, vocab: int, batch: int, args, workdir: Path) -> dict:
     tokens = {}
     for _ in range(args.repeats):
         for name, fn in systems.items():
-            seconds, tokens[name] = timed(fn)
+            seconds, tokens[name] = timed(fn, args.device)
             times[name].append(seconds)
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": args.beams, "new_tokens": args.new_tokens,
-           "threads": args.threads}
+           "threads": args.threads, "device": args.device}
     for name in systems:
         median = statistics.median(times[name])
         row[f"{name}_tok_s"] = tokens[name] / median
         row[f"{name}_times"] = [round(t, 4) for t in times[name]]
+    # Ratios of the medians, and the median of the ratios within each repetition (the systems ran
+    # one after the other there, under the same load).
     row["ratio_vs_hf"] = row["aiayn_tok_s"] / row["hf_marian_tok_s"]
+    row["paired_ratio_vs_hf"] = statistics.median(h / a for a, h in zip(times["aiayn"], times["hf_marian"]))
     if "ctranslate2_tok_s" in row:
         row["ratio_vs_ct2"] = row["aiayn_tok_s"] / row["ctranslate2_tok_s"]
+        row["paired_ratio_vs_ct2"] = statistics.median(c / a for a, c in zip(times["aiayn"], times["ctranslate2"]))
     elif ct2_reason:
         row["ctranslate2"] = ct2_reason
     return row
@@ -200,9 +214,10 @@ def main() -> None:
     parser.add_argument("--min-src", type=int, default=15)
     parser.add_argument("--max-src", type=int, default=35)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (CTranslate2 is then not measured)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
 
@@ -216,16 +231,23 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
 
-    print(f"\nbeam {args.beams}, {args.new_tokens} decoder steps per sentence, sources of {args.min_src}-{args.max_src} "
-          f"tokens, {args.threads} threads, median of {args.repeats}; tokens/s = sentences x steps / seconds\n")
-    header = "| dims | vocab | batch | aiayn tok/s | HF Marian tok/s | CTranslate2 tok/s | aiayn / HF | aiayn / CT2 |"
+    print(f"""
+Same work for every system: the same source batch, beam {args.beams}, exactly {args.new_tokens} decoder steps per
+sentence (</s> suppressed before the last step and forced at it), the same dimensions and vocabulary,
+random float32 weights, {args.threads} threads each, on {args.device}; systems alternate within each of
+{args.repeats} repetitions.
+tokens/s = sentences x steps / median seconds (encoder included); "paired" = median over repetitions
+of the ratio within the repetition. torch {torch.__version__}.
+""")
+    header = ("| dims | vocab | batch | aiayn tok/s | HF Marian tok/s | CTranslate2 tok/s | aiayn / HF (paired) "
+              "| aiayn / CT2 (paired) |")
     print(header)
     print("|---" * 8 + "|")
     for r in rows:
         ct2 = f"{r['ctranslate2_tok_s']:.0f}" if "ctranslate2_tok_s" in r else "n/a"
-        ratio_ct2 = f"{r['ratio_vs_ct2']:.2f}x" if "ratio_vs_ct2" in r else "n/a"
+        ratio_ct2 = f"{r['ratio_vs_ct2']:.2f}x ({r['paired_ratio_vs_ct2']:.2f}x)" if "ratio_vs_ct2" in r else "n/a"
         print(f"| {r['dims']} | {r['vocab']} | {r['batch']} | {r['aiayn_tok_s']:.0f} | {r['hf_marian_tok_s']:.0f} | "
-              f"{ct2} | {r['ratio_vs_hf']:.2f}x | {ratio_ct2} |")
+              f"{ct2} | {r['ratio_vs_hf']:.2f}x ({r['paired_ratio_vs_hf']:.2f}x) | {ratio_ct2} |")
     if any("ctranslate2" in r for r in rows):
         print(f"\nCTranslate2 not measured: {rows[0].get('ctranslate2')}")
     if args.json:

@@ -328,3 +328,19 @@ def test_options_come_from_the_generation_config():
     assert (options.num_beams, options.length_penalty) == (2, 0.6)
     with pytest.raises(ValueError, match="nbest"):
         DecodingOptions(num_beams=2, nbest=3).validate()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_decoding_equals_cpu():
+    ids, mask = source_batch([9, 4, 7, 2, 9, 5])
+    cpu_model, gpu_model = tiny_model(), tiny_model().cuda()
+    for options in (DecodingOptions(num_beams=4, nbest=4, max_len_a=0.5, max_len_b=6),
+                    DecodingOptions(num_beams=1, max_len_a=0, max_len_b=12)):
+        cpu = decode(cpu_model, ids, mask, options)
+        gpu = decode(gpu_model, ids.cuda(), mask.cuda(), options)
+        assert [[h.tokens for h in s] for s in gpu] == [[h.tokens for h in s] for s in cpu]
+        for a, b in zip(cpu, gpu):
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-3)
+    sample = DecodingOptions(num_beams=1, do_sample=True, seed=3, nbest=2, top_p=0.9, max_len_a=0, max_len_b=10)
+    first = decode(gpu_model, ids.cuda(), mask.cuda(), sample)
+    assert first == decode(gpu_model, ids.cuda(), mask.cuda(), sample)
