@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import evaluate, push, train_tokenizer
+from .commands import evaluate, push, train_tokenizer, translate
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -51,6 +51,7 @@ def root(
 app.command("evaluate")(evaluate.evaluate)
 app.command("push")(push.push)
 app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
+app.command("translate")(translate.translate)
 
 
 def main() -> None:
