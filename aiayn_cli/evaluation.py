@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import AiaynError
+from .files import atomic_open
 from .metrics import METRIC_MODULES, metric_path, moses_languages
 
 METRICS = ("sacrebleu", "chrf", "ter")
@@ -207,18 +207,12 @@ def write_json(results: dict[str, Any], path: str | Path) -> None:
     """Write `results` as JSON to `path`, under a temporary name first and then renamed, so that a
     failure never leaves a half-written file."""
     path = check_output_path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_open(path) as f:
             json.dump(results, f, indent=2, ensure_ascii=False)
             f.write("\n")
-        os.replace(tmp, path)
     except PermissionError:
-        tmp.unlink(missing_ok=True)
         raise AiaynError(f"{path}: permission denied") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 __all__ = [

@@ -411,3 +411,64 @@ def test_multi30k_val_references(multi30k_dir, tmp_path, monkeypatch, capsys):
         assert results["scores"][key]["formatted"] == formatted
     assert results["scores"]["paper_bleu"]["lang"] == "de"  # from the file name
     assert 50 < results["scores"]["sacrebleu"]["score"] < 100
+
+
+# -- a dataset split as references, and a model translating it ----------------------------------
+
+
+def _split_corpus(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    sources = [f"w{i} w{i + 1} w{i + 2}" for i in range(4, 24)]
+    targets = [f"w{i + 2} w{i + 1} w{i}" for i in range(4, 24)]
+    (data / "test.en").write_text("\n".join(sources) + "\n")
+    (data / "test.de").write_text("\n".join(targets) + "\n")
+    return data, sources, targets
+
+
+def test_references_from_a_data_split(tmp_path):
+    import sacrebleu
+
+    data, _, targets = _split_corpus(tmp_path)
+    hyps = [t if i % 3 else "w5 w6" for i, t in enumerate(targets)]
+    (tmp_path / "hyp.de").write_text("\n".join(hyps) + "\n")
+    result = run_cli("evaluate", "-i", tmp_path / "hyp.de", "--data-dir", data, "-s", "en", "-t", "de",
+                     "--split", "test", "--json", tmp_path / "out.json")
+    assert result.returncode == 0, result.stderr
+    expected = sacrebleu.corpus_bleu(hyps, [targets])
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert saved["scores"]["sacrebleu"]["score"] == expected.score
+    assert f"{expected.score:.2f}" in result.stdout
+
+
+def test_model_translates_the_split_then_scores(tmp_path):
+    import sacrebleu
+
+    from aiayn_cli.translate import Translator
+    from conftest import save_tiny_model
+
+    data, sources, targets = _split_corpus(tmp_path)
+    model = save_tiny_model(tmp_path / "model")
+    result = run_cli("evaluate", "--model", model, "--data-dir", data, "-s", "en", "-t", "de", "--split", "test",
+                     "-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json")
+    assert result.returncode == 0, result.stderr
+    hyps = (tmp_path / "hyp.de").read_text().splitlines()
+    assert hyps == Translator.from_pretrained(str(model)).translate(sources)
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert saved["scores"]["sacrebleu"]["score"] == sacrebleu.corpus_bleu(hyps, [targets]).score
+    assert saved["inputs"]["model"] == str(model)
+
+
+def test_split_mode_bad_inputs(tmp_path):
+    data, _, _ = _split_corpus(tmp_path)
+    (tmp_path / "short.de").write_text("w1\n")
+    cases = [
+        (["--model", tmp_path], "--model needs data options"),
+        (["-i", tmp_path / "short.de", "--data-dir", data, "-s", "en", "-t", "de"], "has 1 lines but the test split has 20"),
+        (["-i", tmp_path / "short.de", "-r", tmp_path / "short.de", "--data-dir", data, "-s", "en", "-t", "de"],
+         "not both"),
+        (["--data-dir", data, "-s", "en", "-t", "de"], "either --hypotheses"),
+    ]
+    for args, phrase in cases:
+        result = run_cli("evaluate", *args)
+        assert result.returncode == 2 and phrase in result.stderr, (args, result.stderr)

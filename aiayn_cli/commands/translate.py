@@ -6,7 +6,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, BinaryIO, Iterable, Optional
 
@@ -14,6 +13,7 @@ import torch
 import typer
 
 from ..errors import AiaynError
+from ..files import atomic_open
 from ..translate import BATCH_SIZE, MAX_TOKENS, ON_LONG, Translator, decode_lines
 
 DECODING = "Decoding (default: the model's generation_config)"
@@ -130,14 +130,8 @@ def _write(results: Iterable[list[tuple[str, float]]], nbest: int, output: Optio
         raise AiaynError(f"--output {output}: is a folder")
     if not output.parent.is_dir():
         raise AiaynError(f"--output {output}: the folder {output.parent} does not exist")
-    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            _write_to(out, results, nbest, flush=False)
-        os.replace(temporary, output)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+    with atomic_open(output, "wb") as out:
+        _write_to(out, results, nbest, flush=False)
 
 
 def _write_to(out: BinaryIO, results: Iterable[list[tuple[str, float]]], nbest: int, flush: bool) -> None:
