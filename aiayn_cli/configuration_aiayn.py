@@ -99,8 +99,23 @@ class AiaynConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
     use_cache: bool = True
     is_encoder_decoder: bool = True
+    custom_pipelines: dict | None = None
 
-    def validate_values(self) -> None:
+    def __post_init__(self, **kwargs):
+        if self.custom_pipelines is None:
+            # transformers 5 has no built-in translation pipeline: saved folders carry ours
+            # (it lives in modeling_aiayn.py, which is copied beside every checkpoint).
+            self.custom_pipelines = {
+                "translation": {
+                    "impl": "modeling_aiayn.AiaynTranslationPipeline",
+                    "pt": ["AutoModelForSeq2SeqLM"],
+                    "type": "text",
+                }
+            }
+        super().__post_init__(**kwargs)
+        self.check_values()
+
+    def check_values(self) -> None:
         """Raise `ValueError`, naming the field, for values the model cannot be built with."""
         for name in ("vocab_size", "d_model", "d_ff", "num_heads", "num_encoder_layers",
                      "num_decoder_layers", "max_position_embeddings"):

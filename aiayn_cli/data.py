@@ -27,6 +27,7 @@ Every bad input raises `AiaynError` with one line naming the file, line, column 
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ class DataSpec:
         data_file: one TSV (`source<TAB>target` per line, no header) or JSONL file (one object per
             line, in the translation format or with one key per language); the format comes from
             the extension (`.tsv`, `.jsonl`, `.json`) or `data_format`.
-        data_format: `text`, `tsv` or `jsonl`, to override the extension of `data_file`.
+        data_format: `tsv` or `jsonl`, to override the extension of `data_file`.
         source_lang, target_lang: language codes (`en`, `de`): file suffixes and translation keys.
         source_column, target_column: the columns to read instead of the translation keys: names for
             Hub datasets and JSONL (nested keys flattened with dots, `translation.en`), 0-based
@@ -112,8 +113,6 @@ class DataSpec:
             self.data_file and _file_format(self) == "jsonl" and not (self.source_column and self.target_column))
         if needs_langs and not (self.source_lang and self.target_lang):
             raise AiaynError("--source-lang (-s) and --target-lang (-t) are required for this data source")
-        if self.source_lang and self.source_lang == self.target_lang:
-            raise AiaynError(f"--source-lang and --target-lang are both {self.source_lang!r}")
         if self.max_length is not None and self.max_length < 1:
             raise AiaynError(f"--max-length must be at least 1, got {self.max_length}")
         if self.max_ratio is not None and self.max_ratio < 1:
@@ -298,8 +297,8 @@ def _column(flat: datasets.Dataset, name: str) -> pa.ChunkedArray:
 
 def _file_format(spec: DataSpec) -> str:
     if spec.data_format:
-        if spec.data_format not in ("text", "tsv", "jsonl"):
-            raise AiaynError(f"--data-format must be text, tsv or jsonl, got {spec.data_format!r}")
+        if spec.data_format not in ("tsv", "jsonl"):
+            raise AiaynError(f"--data-format must be tsv or jsonl, got {spec.data_format!r}")
         return spec.data_format
     suffix = Path(str(spec.data_file)).suffix.lower()
     formats = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -348,7 +347,8 @@ def _existing_split_path(template: str, candidates: tuple[str, ...], suffix: str
 
 
 def read_lines(path: Path) -> tuple[list[str], bytes]:
-    """The lines of a UTF-8 text file (split on `\\n` only, as `wc -l` counts) and its bytes.
+    """The lines of a UTF-8 text file (split on `\\n` only, as `wc -l` counts; a byte-order mark
+    is skipped) and its bytes.
 
     Raises `AiaynError` for a missing file or invalid UTF-8, naming the file and the line.
     """
@@ -358,12 +358,14 @@ def read_lines(path: Path) -> tuple[list[str], bytes]:
         raise AiaynError(f"file not found: {path}") from None
     except IsADirectoryError:
         raise AiaynError(f"{path}: is a folder, not a file") from None
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        text = data.decode("utf-8")
+        text = data[start:].decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise AiaynError(f"{path}:{line}: invalid UTF-8 (byte 0x{data[err.start]:02x} at byte {column} of the line)") from None
+        at = start + err.start
+        line = data.count(b"\n", 0, at) + 1
+        column = at - (data.rfind(b"\n", 0, at) + 1) + 1
+        raise AiaynError(f"{path}:{line}: invalid UTF-8 (byte 0x{data[at]:02x} at byte {column} of the line)") from None
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
@@ -388,8 +390,6 @@ def _read_one_file(path: Path, fmt: str, spec: DataSpec) -> tuple[pa.Array, pa.A
         source, target = _parse_tsv(lines, path, spec)
         fingerprint = xxhash.xxh3_128_hexdigest(b"tsv|" + digest + repr((spec.source_column, spec.target_column)).encode())
         return pa.array(source, pa.string()), pa.array(target, pa.string()), str(path), fingerprint
-    if fmt == "text":
-        raise AiaynError(f"--data-file {path}: plain text needs two files; use --source-file/--target-file or --prefix")
     dataset = datasets.Dataset(_parse_jsonl(lines, path), fingerprint=xxhash.xxh3_128_hexdigest(b"jsonl|" + digest))
     return _translation_pair(dataset, spec, str(path), str(path))  # from here on, the Hub code
 

@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, Pipeline, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
@@ -739,7 +739,43 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         return output if return_dict is not False else output.to_tuple()
 
 
+# ---------------------------------------------------------------------------------------------
+# Using the model: `pipeline("translation", ...)`
+# ---------------------------------------------------------------------------------------------
+
+
+class AiaynTranslationPipeline(Pipeline):
+    """Sentences in, `{"translation_text": ...}` out, decoding with the model's generation config.
+
+    transformers 5 has no built-in translation pipeline, so every saved aiayn folder declares this
+    one in `config.custom_pipelines`:
+
+        pipeline("translation", model="user/aiayn-model", trust_remote_code=True)
+        AiaynTranslationPipeline(model=model, tokenizer=tokenizer)  # a model already in memory
+
+    Keyword arguments (`num_beams`, `max_new_tokens`, ...) are passed to `generate()`.
+    """
+
+    def __call__(self, inputs: str | list[str], **generate_kwargs) -> list[dict]:
+        """One sentence or a list of them -> a list of `{"translation_text": ...}` (as in transformers 4)."""
+        outputs = super().__call__(inputs, **generate_kwargs)
+        return [outputs] if isinstance(inputs, str) else outputs
+
+    def _sanitize_parameters(self, **generate_kwargs):
+        return {}, generate_kwargs, {}
+
+    def preprocess(self, text: str):
+        return self.tokenizer(text, return_tensors="pt", truncation=True)
+
+    def _forward(self, inputs, **generate_kwargs):
+        return {"output_ids": self.model.generate(**inputs, **generate_kwargs)}
+
+    def postprocess(self, outputs):
+        return {"translation_text": self.tokenizer.decode(outputs["output_ids"][0], skip_special_tokens=True)}
+
+
 __all__ = [
+    "AiaynTranslationPipeline",
     "AiaynForConditionalGeneration",
     "AiaynModel",
     "AiaynPreTrainedModel",

@@ -96,6 +96,7 @@ def train_tokenizer(
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
         model_max_length=model_max_length, padding_side="right",
+        clean_up_tokenization_spaces=False,  # decoding must give back "a , b" as it was
     )
     if output_dir is not None:
         save_atomically(fast, Path(output_dir), overwrite)

@@ -52,3 +52,27 @@ def run_cli(*args: str, input: str | bytes | None = None, cwd: Path | None = Non
 def _seed_and_threads():
     torch.manual_seed(0)
     yield
+
+
+def word_level_tokenizer(vocab_size: int = 72):
+    """A tokenizer with aiayn's special ids (<pad>=0, <s>=1, </s>=2, <unk>=3), words w0 w1 ..., `</s>` appended."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"w{i}": i + 4 for i in range(vocab_size - 4)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>", model_max_length=1024)
+
+
+def save_tiny_model(folder: Path, vocab_size: int = 72, seed: int = 0) -> Path:
+    """A random `tiny` aiayn model and its word-level tokenizer, saved together in `folder`."""
+    from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = AiaynForConditionalGeneration(AiaynConfig.from_preset("tiny", vocab_size=vocab_size))
+    model.save_pretrained(folder)
+    word_level_tokenizer(vocab_size).save_pretrained(folder)
+    return folder

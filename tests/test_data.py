@@ -99,6 +99,14 @@ def test_hub_loader_reads_a_local_dataset_folder(tmp_path):
     assert pairs_of(load_split(mixed, "train")) == pairs
 
 
+def test_byte_order_mark_and_crlf_line_ends(tmp_path):
+    (tmp_path / "train.en").write_bytes(b"\xef\xbb\xbfA dog.\r\nA cat.\r\n")
+    (tmp_path / "train.de").write_bytes("Ein Hund.\r\nEine Katze.".encode())  # no newline at the end
+    dataset = load_split(DataSpec(data_dir=tmp_path, source_lang="en", target_lang="de"), "train")
+    assert pairs_of(dataset) == [("A dog.", "Ein Hund."), ("A cat.", "Eine Katze.")]
+    assert dataset.cleaning_report.stripped == 2  # the "\r"s, counted
+
+
 def test_fingerprint_follows_content_and_cleaning(tmp_path):
     write_text_split(tmp_path / "a", "train", make_pairs(20, seed=3))
     write_text_split(tmp_path / "b", "train", make_pairs(20, seed=3))
@@ -185,6 +193,8 @@ def _bad_inputs(tmp_path):
          r"no sentence pairs left in train after cleaning \(.*2 empty"),
         ("no split in saved dataset", DataSpec(dataset=str(tmp_path / "saved"), **langs), "test",
          r"has no split 'test' \(splits: train\)"),
+        ("unreachable hub dataset", DataSpec(dataset="no-such-user/no-such-dataset", dataset_config="de-en", **langs),
+         "train", r"could not load dataset no-such-user/no-such-dataset \(de-en\): "),
     ]
 
 
@@ -223,6 +233,24 @@ def test_cli_reports_bad_input_and_leaves_no_output(tmp_path, capsys, case):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_reads_a_saved_dataset_with_cleaning_options(tmp_path, capsys):
+    pairs = make_pairs(120, seed=9)
+    pairs = pairs + pairs[:20] + [("one two three four five six seven eight nine ten eleven twelve thirteen", "x y")]
+    translation = [{"en": s, "de": t} for s, t in pairs]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": translation})}).save_to_disk(
+        str(tmp_path / "saved"))
+    code, out, err = invoke(capsys, "train-tokenizer", "--dataset", tmp_path / "saved", "-s", "de", "-t", "en",
+                            "--max-length", "12", "--max-ratio", "4", "--dedup", "--vocab-size", "350",
+                            "-o", tmp_path / "tok")
+    assert code == 0, err
+    report = next(line for line in err.splitlines() if "pairs read" in line)
+    unique = len(set(pairs[:120]))  # random short sentences repeat now and then
+    assert report == (f"train ({tmp_path / 'saved'}): 141 pairs read, {unique} kept; dropped 0 empty, "
+                      f"1 longer than 12 tokens, 0 past length ratio 4, {140 - unique} duplicates; "
+                      "stripped whitespace in 0")
+    assert (tmp_path / "tok" / "tokenizer.json").is_file()
 
 
 def test_cli_subprocess_exit_code_and_message(tmp_path):

@@ -13,7 +13,7 @@ from aiayn_cli.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, train_tokenizer
 from corpora import bpe_multi30k, invoke, make_pairs, write_text_split  # noqa: F401  (fixtures)
 
 UNK_ID = 3
-EXOTIC = ["Ein Café in Zürich 漢字 😀 ŋ ∑ ꙮ", "tab\there", "two  spaces and ünïcödé"]
+EXOTIC = ["Ein Café in Zürich 漢字 😀 ŋ ∑ ꙮ", "tab\there", "two  spaces and ünïcödé", "Moses , tokenized ' s text ."]
 
 
 def round_trip_rate(tokenizer, sentences) -> float:

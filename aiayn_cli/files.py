@@ -1,0 +1,23 @@
+"""Files a user relies on are written under a temporary name and renamed: complete or absent."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file beside `path` for writing; rename it to `path` only if the block succeeds."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
+            yield out
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)

@@ -1,0 +1,346 @@
+"""The fast decoder and the paper's beam search (aiayn_cli/decoding.py) against slow, obvious references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli.decoding import (
+    DecodingOptions,
+    IncrementalDecoder,
+    beam_search,
+    decode,
+    encode,
+    length_penalty,
+)
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One thread: on a machine shared by other processes, two threads wait for each other at every
+    small operation of a tiny model."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(seed: int = 0, **overrides) -> AiaynForConditionalGeneration:
+    """A random tiny model whose translations end at varied lengths.
+
+    Random weights alone give degenerate outputs (one token repeated up to the length limit): unless
+    the embeddings are tied, the pre-softmax projection is scaled up and the last LayerNorm's bias
+    leans towards `</s>`, so that `</s>` wins at different steps for different sentences.
+    """
+    torch.manual_seed(seed)
+    settings = {"vocab_size": 40, "max_position_embeddings": 64, "tie_word_embeddings": False, **overrides}
+    model = AiaynForConditionalGeneration(AiaynConfig.from_preset("tiny", **settings)).eval()
+    if not settings["tie_word_embeddings"]:
+        decoder = model.model.decoder
+        last_norm = decoder.final_norm or decoder.layers[-1].feed_forward_sublayer.norm
+        with torch.no_grad():
+            model.lm_head.weight.mul_(3.0)
+            eos_row = model.lm_head.weight[EOS]
+            last_norm.bias.add_(eos_row / eos_row.norm())
+    return model
+
+
+def source_batch(lengths: list[int], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random sentences of the given lengths (`</s>` included), right-padded."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.full((len(lengths), max(lengths)), PAD)
+    mask = torch.zeros_like(ids)
+    for i, n in enumerate(lengths):
+        ids[i, : n - 1] = torch.randint(4, 40, (n - 1,), generator=generator)
+        ids[i, n - 1] = EOS
+        mask[i, :n] = 1
+    return ids, mask
+
+
+# ---------------------------------------------------------------------------------------------
+# The slow reference: the paper's beam search written plainly, one full forward per hypothesis
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def next_log_probs(model, source: list[int], prefix: list[int]) -> torch.Tensor:
+    """log p(. | source, <s> prefix) from one full, non-incremental forward pass."""
+    out = model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([[BOS] + prefix]), use_cache=False)
+    return F.log_softmax(out.logits[0, -1].float(), dim=-1)
+
+
+def reference_beam_search(model, source: list[int], beam: int, alpha: float, style: str, max_len: int,
+                          min_len: int = 0) -> list[tuple[list[int], float]]:
+    """Keep the 2 * beam best extensions; those ending in </s> among the best `beam` are finished;
+    the best `beam` others live on; stop with `beam` finished or at max_len (where </s> is forced)."""
+    live = [([], 0.0)]
+    finished = []
+    for t in range(max_len + 1):
+        candidates = []
+        for tokens, score in live:
+            lprobs = next_log_probs(model, source, tokens)
+            if t < min_len:
+                lprobs[EOS] = -math.inf
+            if t == max_len:
+                lprobs = torch.where(torch.arange(lprobs.numel()) == EOS, lprobs, -math.inf)
+            candidates += [(score + float(lp), tokens, v) for v, lp in enumerate(lprobs.tolist())]
+        candidates.sort(key=lambda c: c[0], reverse=True)
+        candidates = candidates[: 2 * beam]
+        for score, tokens, v in candidates[:beam]:
+            if v == EOS and score > -math.inf and len(finished) < beam:
+                finished.append((tokens, score / length_penalty(t + 1, alpha, style)))
+        if len(finished) >= beam:
+            break
+        live = [(tokens + [v], score) for score, tokens, v in candidates if v != EOS][:beam]
+    return sorted(finished, key=lambda f: f[1], reverse=True)
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"pre_norm": True, "positional_encoding": "learned"},
+    {"tie_word_embeddings": True},
+])
+def test_beam_search_equals_reference(overrides):
+    model = tiny_model(**overrides)
+    lengths = [9, 4, 7, 2, 9, 5]
+    ids, mask = source_batch(lengths)
+    options = DecodingOptions(num_beams=4, nbest=4, length_penalty=0.6, max_len_a=0.5, max_len_b=6)
+    fast = decode(model, ids, mask, options)
+    finished_early = 0
+    for i, n in enumerate(lengths):
+        max_len = int(0.5 * n + 6)
+        slow = reference_beam_search(model, ids[i, :n].tolist(), 4, 0.6, "gnmt", max_len)
+        assert [h.tokens for h in fast[i]] == [tokens for tokens, _ in slow]
+        assert [h.score for h in fast[i]] == pytest.approx([score for _, score in slow], abs=1e-4)
+        finished_early += all(len(h.tokens) < max_len for h in fast[i])
+    if not overrides.get("tie_word_embeddings"):
+        assert finished_early >= 2  # the comparison covers sentences that stop before their limit
+
+
+def test_beam_search_equals_reference_with_hf_penalty_and_min_len():
+    model = tiny_model(seed=3)
+    lengths = [6, 3, 8]
+    ids, mask = source_batch(lengths, seed=4)
+    options = DecodingOptions(num_beams=3, nbest=3, length_penalty=1.0, length_penalty_style="hf",
+                              max_len_a=0, max_len_b=9, min_len=3)
+    fast = decode(model, ids, mask, options)
+    for i, n in enumerate(lengths):
+        slow = reference_beam_search(model, ids[i, :n].tolist(), 3, 1.0, "hf", 9, min_len=3)
+        assert [h.tokens for h in fast[i]] == [tokens for tokens, _ in slow]
+        assert all(len(h.tokens) >= 3 for h in fast[i])
+
+
+def test_greedy_equals_generate():
+    model = tiny_model()
+    ids, mask = source_batch([9, 4, 7, 2, 9, 5, 3, 8])
+    fast = decode(model, ids, mask, DecodingOptions(num_beams=1, max_len_a=0, max_len_b=20))
+    reference = model.generate(input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False,
+                               max_new_tokens=20, max_length=None)
+    for hyps, row in zip(fast, reference.tolist()):
+        tokens = row[1:]  # without <s>
+        tokens = tokens[: tokens.index(EOS)] if EOS in tokens else tokens
+        assert hyps[0].tokens == tokens
+    assert len({len(h[0].tokens) for h in fast}) > 1
+
+
+def test_beam_search_with_hf_penalty_equals_generate():
+    """With generate()'s penalty |Y|^alpha and early_stopping=True, the same hypotheses as generate()
+    for sentences that finish before the length limit (where generate() stops without </s>)."""
+    model = tiny_model(seed=5)
+    ids, mask = source_batch([9, 4, 7, 2, 9, 5, 3, 8, 6, 4, 7, 5], seed=6)
+    fast = decode(model, ids, mask, DecodingOptions(num_beams=4, nbest=4, length_penalty=0.6,
+                                                    length_penalty_style="hf", max_len_a=0, max_len_b=30))
+    reference = model.generate(input_ids=ids, attention_mask=mask, num_beams=4, num_return_sequences=4,
+                               length_penalty=0.6, early_stopping=True, do_sample=False, max_new_tokens=31,
+                               max_length=None, output_scores=True, return_dict_in_generate=True)
+    compared = 0
+    for i, hyps in enumerate(fast):
+        if any(len(h.tokens) >= 30 for h in hyps):
+            continue
+        rows = reference.sequences[4 * i: 4 * i + 4].tolist()
+        expected = [row[1: row.index(EOS, 1)] for row in rows]
+        assert [h.tokens for h in hyps] == expected
+        assert [h.score for h in hyps] == pytest.approx(reference.sequences_scores[4 * i: 4 * i + 4].tolist(), abs=1e-4)
+        compared += 1
+    assert compared >= 4
+
+
+def test_encoder_equals_model_encoder():
+    model = tiny_model(pre_norm=True)
+    ids, mask = source_batch([9, 4, 7])
+    expected = model.model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    with torch.inference_mode():
+        got = encode(model, ids, mask)
+    real = mask.bool()
+    assert torch.allclose(got[real], expected[real], atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. GNMT's length penalty ranks differently from generate()'s: a hand-computed example
+# ---------------------------------------------------------------------------------------------
+
+
+def test_length_penalty_formulas():
+    assert length_penalty(2, 0.6, "gnmt") == pytest.approx(1.096903)  # (7/6)^0.6
+    assert length_penalty(4, 0.6, "gnmt") == pytest.approx(1.275425)  # (9/6)^0.6
+    assert length_penalty(1, 0.6, "gnmt") == 1.0  # GNMT's lp is 1 for a one-token output
+    assert length_penalty(4, 0.6, "hf") == pytest.approx(2.297397)  # 4^0.6
+    assert length_penalty(7, 0.0, "gnmt") == length_penalty(7, 0.0, "hf") == 1.0
+    with pytest.raises(ValueError):
+        length_penalty(3, 0.6, "marian")
+
+
+class ScriptedDecoder:
+    """A 'model' whose next-token distribution is a table keyed by the prefix, for hand-computed searches.
+
+    Vocabulary: 0 <pad>, 1 <s>, 2 </s>, 3 "a", 4 "b"."""
+
+    def __init__(self, table: dict[tuple, list[float]], default: list[float]):
+        self.table, self.default = table, default
+        self.prefixes = [()]  # one row: the start, before <s> is fed
+        self.rows_seen = []
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens)]
+        self.rows_seen.append(len(self.prefixes))
+        probs = [self.table.get(p[1:], self.default) for p in self.prefixes]  # without <s>
+        return torch.tensor(probs).log()
+
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> None:
+        self.prefixes = [self.prefixes[r] for r in rows.tolist()]
+
+
+A, B = 3, 4
+#                 <pad>   <s>    </s>   a      b
+TABLE = {
+    (): [1 / 30, 1 / 30, 1 / 30, 0.50, 0.40],
+    (A,): [0.05, 0.05, 0.60, 0.20, 0.10],
+    (B,): [0.025, 0.025, 0.025, 0.025, 0.90],
+    (B, B): [0.025, 0.025, 0.025, 0.025, 0.90],
+    (B, B, B): [0.05, 0.05, 0.65, 0.05, 0.20],
+}
+DEFAULT = [0.15, 0.10, 0.05, 0.40, 0.30]
+
+
+def test_gnmt_penalty_picks_a_different_hypothesis_than_hf_penalty():
+    """Beam 2, alpha 0.6. By hand:
+
+    step 1: a (0.5), b (0.4) live.
+    step 2: "a </s>" = 0.5 * 0.6 = 0.30 is among the 2 best (b b 0.36, a </s> 0.30): finished,
+            raw log p = log 0.30 = -1.203973, |Y| = 2. Live: b b (0.36), a a (0.10).
+    step 3: b b b (0.324), a a a (0.04) live; no </s> among the 2 best.
+    step 4: "b b b </s>" = 0.324 * 0.65 = 0.2106 is the best: finished, raw = -1.557795, |Y| = 4.
+            Two finished: stop.
+    GNMT: A = -1.203973 / (7/6)^0.6 (1.096903) = -1.097611,  B = -1.557795 / (9/6)^0.6 (1.275425) = -1.221393
+          -> "a" wins.
+    HF:   A = -1.203973 / 2^0.6 (1.515717) = -0.794326,      B = -1.557795 / 4^0.6 (2.297397) = -0.678070
+          -> "b b b" wins.
+    """
+    results = {}
+    for style in ("gnmt", "hf"):
+        options = DecodingOptions(num_beams=2, nbest=2, length_penalty=0.6, length_penalty_style=style,
+                                  max_len_a=0, max_len_b=10)
+        decoder = ScriptedDecoder(TABLE, DEFAULT)
+        results[style] = beam_search(decoder, [10], options, BOS, EOS)[0]
+        assert decoder.rows_seen == [1, 2, 2, 2]  # four steps, then both hypotheses are finished
+    gnmt, hf = results["gnmt"], results["hf"]
+    assert [h.tokens for h in gnmt] == [[A], [B, B, B]]
+    assert [h.score for h in gnmt] == pytest.approx([-1.097611, -1.221393], abs=2e-6)
+    assert [h.tokens for h in hf] == [[B, B, B], [A]]
+    assert [h.score for h in hf] == pytest.approx([-0.678070, -0.794326], abs=2e-6)
+    assert [h.log_prob for h in hf] == pytest.approx([math.log(0.2106), math.log(0.30)], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lengths, shrinking batches, sampling, options
+# ---------------------------------------------------------------------------------------------
+
+
+class Spy:
+    """Records how many rows the decoder computes at each step."""
+
+    def __init__(self, decoder: IncrementalDecoder):
+        self.decoder, self.rows = decoder, []
+
+    def step(self, tokens):
+        self.rows.append(tokens.numel())
+        return self.decoder.step(tokens)
+
+    def select(self, rows, sentences):
+        self.decoder.select(rows, sentences)
+
+
+@torch.inference_mode()
+def test_finished_sentences_leave_the_batch():
+    model = tiny_model()
+    lengths = [9, 4, 7, 2, 9, 5]
+    ids, mask = source_batch(lengths)
+    options = DecodingOptions(num_beams=4, max_len_a=0, max_len_b=12)
+    spy = Spy(IncrementalDecoder(model, ids, mask, capacity=13, max_rows=24))
+    hyps = beam_search(spy, [12] * 6, options, BOS, EOS)
+    assert spy.rows[0] == 6 and spy.rows[1] == 24  # one row per sentence at <s>, then 4 beams each
+    assert all(a >= b for a, b in zip(spy.rows[1:], spy.rows[2:]))  # never grows
+    assert spy.rows[-1] < 24  # sentences that finished early were dropped
+    assert all(n % 4 == 0 for n in spy.rows[1:])
+    assert len(hyps) == 6
+
+
+def test_max_length_is_a_times_source_plus_b():
+    model = tiny_model(tie_word_embeddings=True)  # outputs run to the limit
+    lengths = [9, 4, 2]
+    ids, mask = source_batch(lengths)
+    for beams in (1, 4):
+        options = DecodingOptions(num_beams=beams, nbest=beams, max_len_a=1.0, max_len_b=3)
+        for hyps, n in zip(decode(model, ids, mask, options), lengths):
+            assert max(len(h.tokens) for h in hyps) == n + 3  # input length + b, then </s> is forced
+            assert all(len(h.tokens) <= n + 3 for h in hyps)
+
+
+def test_sampling_is_seeded_and_filters():
+    model = tiny_model()
+    ids, mask = source_batch([9, 4, 7])
+    sample = DecodingOptions(num_beams=1, do_sample=True, seed=7, nbest=3, temperature=1.5, max_len_a=0,
+                             max_len_b=15)
+    first, second = decode(model, ids, mask, sample), decode(model, ids, mask, sample)
+    assert [[h.tokens for h in s] for s in first] == [[h.tokens for h in s] for s in second]
+    assert all(len(s) == 3 for s in first)
+    other = decode(model, ids, mask, DecodingOptions(**{**sample.__dict__, "seed": 8}))
+    assert [[h.tokens for h in s] for s in other] != [[h.tokens for h in s] for s in first]
+    # top-k = 1 and a tiny top-p leave one candidate: sampling becomes greedy search.
+    greedy = [h[0].tokens for h in decode(model, ids, mask, DecodingOptions(num_beams=1, max_len_a=0, max_len_b=15))]
+    for narrow in ({"top_k": 1}, {"top_p": 1e-6}):
+        options = DecodingOptions(num_beams=1, do_sample=True, seed=1, max_len_a=0, max_len_b=15, **narrow)
+        assert [h[0].tokens for h in decode(model, ids, mask, options)] == greedy
+
+
+def test_options_come_from_the_generation_config():
+    model = tiny_model()
+    options = DecodingOptions.from_generation_config(model.generation_config)
+    assert (options.num_beams, options.length_penalty, options.length_penalty_style) == (4, 0.6, "gnmt")
+    assert (options.max_len_a, options.max_len_b) == (1.0, 50)
+    options = DecodingOptions.from_generation_config(model.generation_config, num_beams=2, length_penalty=None)
+    assert (options.num_beams, options.length_penalty) == (2, 0.6)
+    with pytest.raises(ValueError, match="nbest"):
+        DecodingOptions(num_beams=2, nbest=3).validate()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_decoding_equals_cpu():
+    ids, mask = source_batch([9, 4, 7, 2, 9, 5])
+    cpu_model, gpu_model = tiny_model(), tiny_model().cuda()
+    for options in (DecodingOptions(num_beams=4, nbest=4, max_len_a=0.5, max_len_b=6),
+                    DecodingOptions(num_beams=1, max_len_a=0, max_len_b=12)):
+        cpu = decode(cpu_model, ids, mask, options)
+        gpu = decode(gpu_model, ids.cuda(), mask.cuda(), options)
+        assert [[h.tokens for h in s] for s in gpu] == [[h.tokens for h in s] for s in cpu]
+        for a, b in zip(cpu, gpu):
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-3)
+    sample = DecodingOptions(num_beams=1, do_sample=True, seed=3, nbest=2, top_p=0.9, max_len_a=0, max_len_b=10)
+    first = decode(gpu_model, ids.cuda(), mask.cuda(), sample)
+    assert first == decode(gpu_model, ids.cuda(), mask.cuda(), sample)
