@@ -12,7 +12,6 @@ from typing import Iterable
 
 import sacrebleu
 import torch
-from transformers import GenerationConfig
 
 from .loss import label_smoothed_cross_entropy
 from .modeling_aiayn import shift_tokens_right
@@ -44,44 +43,21 @@ def validation_loss(model, batches: Iterable[dict], accelerator, epsilon: float)
     return {"valid/loss": loss / ntokens, "valid/nll": nll / ntokens, "valid/ppl": math.exp(min(nll / ntokens, 50))}
 
 
-@torch.no_grad()
-def translate_sample(model, tokenizer, sources: list[str], beam_size: int = 1, max_tokens: int = 4096,
-                     max_len_a: float = 1.0, max_len_b: int = 50) -> list[str]:
-    """Translate `sources` with `model.generate` (greedy or beam search); detokenized hypotheses.
+def translate_sample(model, tokenizer, sources: list[str], beam_size: int = 1, max_tokens: int = 4096) -> list[str]:
+    """Translate `sources` with the project's decoder (`aiayn translate`'s); detokenized hypotheses.
 
-    The one place validation decodes: batches of similar lengths of at most `max_tokens` source
-    tokens times beams, outputs at most `max_len_a * source length + max_len_b` tokens (§6.1).
+    The one place validation decodes: greedy (`beam_size` 1) or the paper's beam search with the
+    model's length penalty and maximum length (§6.1), batches of at most `max_tokens` source tokens.
+    The model is left in the mode it was in.
     """
+    from .translate import Translator
+
     was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    encoded = tokenizer(sources, add_special_tokens=True)["input_ids"]
-    order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
-    hypotheses: list[str] = [""] * len(sources)
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and (end + 1 - start) * len(encoded[order[end]]) * beam_size <= max_tokens:
-            end += 1
-        chunk = order[start:end]
-        longest = max(len(encoded[i]) for i in chunk)
-        input_ids = torch.full((len(chunk), longest), tokenizer.pad_token_id, dtype=torch.long)
-        for row, i in enumerate(chunk):
-            input_ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
-        attention_mask = (input_ids != tokenizer.pad_token_id).long()
-        config = GenerationConfig(
-            num_beams=beam_size, do_sample=False, max_length=int(max_len_a * longest + max_len_b) + 1,  # + <s>
-            bos_token_id=model.config.bos_token_id, eos_token_id=model.config.eos_token_id,
-            pad_token_id=model.config.pad_token_id, decoder_start_token_id=model.config.decoder_start_token_id,
-            **({"early_stopping": True} if beam_size > 1 else {}),
-        )
-        output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                                generation_config=config)
-        for i, text in zip(chunk, tokenizer.batch_decode(output, skip_special_tokens=True)):
-            hypotheses[i] = text.strip()
-        start = end
-    model.train(was_training)
-    return hypotheses
+    try:
+        translator = Translator(model, tokenizer, device=next(model.parameters()).device)
+        return translator.translate(sources, num_beams=beam_size, max_tokens=max_tokens)
+    finally:
+        model.train(was_training)
 
 
 def validation_bleu(model, tokenizer, sources: list[str], references: list[str], accelerator,
@@ -91,8 +67,7 @@ def validation_bleu(model, tokenizer, sources: list[str], references: list[str],
 
     rank, world = accelerator.process_index, accelerator.num_processes
     mine = list(range(rank, len(sources), world))
-    with accelerator.autocast():
-        hypotheses = translate_sample(model, tokenizer, [sources[i] for i in mine], beam_size, max_tokens)
+    hypotheses = translate_sample(model, tokenizer, [sources[i] for i in mine], beam_size, max_tokens)
     pairs = gather_object(list(zip(mine, hypotheses))) if world > 1 else list(zip(mine, hypotheses))
     ordered = [text for _, text in sorted(pairs)]
     return sacrebleu.corpus_bleu(ordered, [references]).score, ordered
