@@ -91,9 +91,10 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
     optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
-    fused = {"fused": True} if accelerator.device.type in ("cpu", "cuda") else {}  # one kernel for all tensors
+    # foreach: a few kernels over all tensors. Not `fused`: its in-place updates do not advance the
+    # parameters' version counters, by which the validation decoder knows its prepared weights are stale.
     optimizer = optimizer_class(model.parameters(), lr=1.0, betas=tuple(recipe.adam_betas), eps=recipe.adam_eps,
-                                weight_decay=recipe.weight_decay, **fused)
+                                weight_decay=recipe.weight_decay, foreach=True)
     scheduler = build_scheduler(optimizer, recipe.lr_schedule, config.d_model, recipe.warmup_steps,
                                 lr_scale=recipe.lr_scale, peak_lr=recipe.lr, warmup_init_lr=recipe.warmup_init_lr)
     model, optimizer = accelerator.prepare(model, optimizer)
