@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .commands import average, evaluate, push, train, train_tokenizer, translate
+from .commands import average, evaluate, push, quickstart, train, train_tokenizer, translate
 from .errors import AiaynError
 
 app = typer.Typer(
@@ -47,13 +47,14 @@ def root(
         os.environ["AIAYN_DEBUG"] = "1"
 
 
-# Commands are registered below, one line each.
-app.command("evaluate")(evaluate.evaluate)
-app.command("push")(push.push)
+# Commands are registered below, one line each, in the order of the pipeline.
 app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
-app.command("translate")(translate.translate)
 app.command("train")(train.train)
 app.command("average")(average.average)
+app.command("translate")(translate.translate)
+app.command("evaluate")(evaluate.evaluate)
+app.command("push")(push.push)
+app.command("quickstart")(quickstart.quickstart)
 
 
 def main() -> None:
