@@ -152,8 +152,11 @@ def make_accelerator(recipe: TrainRecipe):
         raise AiaynError("trackers: wandb is not installed (pip install wandb), or leave it out of trackers")
     project = ProjectConfiguration(project_dir=recipe.output_dir, logging_dir=str(Path(recipe.output_dir) / "logs"))
     precision = {"mixed_precision": recipe.mixed_precision} if recipe.mixed_precision is not None else {}
-    return Accelerator(log_with=list(recipe.trackers) or None, project_config=project,
-                       step_scheduler_with_optimizer=False, **precision)
+    try:
+        return Accelerator(log_with=list(recipe.trackers) or None, project_config=project,
+                           step_scheduler_with_optimizer=False, **precision)
+    except ValueError as err:  # e.g. fp16 where the device has none
+        raise AiaynError(f"accelerate: {str(err).strip().splitlines()[0]}") from None
 
 
 def load_tokenizer(path: str):

@@ -189,8 +189,10 @@ class Run:
         }
         self.metrics.write(record)
         accelerator.log({k: v for k, v in record.items() if k != "step"}, step=self.state.step)
-        self.bar.set_postfix(loss=f"{record['train/loss']:.3f}", lr=f"{lr:.2e}",
-                             tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+        postfix = {"loss": f"{record['train/loss']:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}
+        if self.max_seconds is not None:  # the time limit's ETA (tqdm's is the step limit's)
+            postfix["time left"] = tqdm.format_interval(max(self.max_seconds - self.elapsed(), 0))
+        self.bar.set_postfix(postfix, refresh=False)
 
     def _evaluate(self, model) -> dict[str, float]:
         recipe = self.recipe
@@ -224,13 +226,12 @@ class Run:
     def _checkpoint(self) -> None:
         self.state.train_seconds = self.elapsed()
         self.state.cpu_seconds = self.cpu_seconds0 + time.process_time() - self.cpu0
-        path = save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output)
+        save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output)
         if self.accelerator.is_main_process:
             best = self.output / f"checkpoint-{self.state.best_step}" if self.state.best_step else None
             rotate_checkpoints(self.output, self.recipe.keep_last, keep=best)
         self.accelerator.wait_for_everyone()
         self.last_checkpoint = self.elapsed()
-        del path
 
     def average(self, last: int) -> tuple[Path, dict[str, float]]:
         """Average the last checkpoints into `averaged/` (§6.1) and validate the result."""

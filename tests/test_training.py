@@ -201,3 +201,20 @@ def test_resume_of_a_finished_run_and_with_another_tokenizer(task, tmp_path, uni
     args[args.index("--tokenizer") + 1] = str(tmp_path / "other-tok")
     result = run_cli(*args, env=task["env"])
     assert result.returncode == 2 and "trained with another tokenizer" in result.stderr, result.stderr
+
+
+def test_accelerate_decides_precision_unless_the_recipe_does(tmp_path):
+    """`accelerate launch --mixed_precision X` sets ACCELERATE_MIXED_PRECISION; a recipe's null keeps it."""
+    script = (
+        "import sys\n"
+        "from aiayn_cli.recipe import load_recipe\n"
+        "from aiayn_cli.training import make_accelerator\n"
+        f"recipe = load_recipe({str(TINY)!r}, {{'output_dir': {str(tmp_path / 'out')!r}, 'trackers': [],\n"
+        "                      'mixed_precision': None if sys.argv[1] == 'null' else sys.argv[1]})\n"
+        "print(make_accelerator(recipe).mixed_precision)\n"
+    )
+    for recipe_value, expected in (("null", "bf16"), ("no", "no")):
+        result = subprocess.run([sys.executable, "-c", script, recipe_value], capture_output=True, text=True,
+                                env=cli_env(ACCELERATE_MIXED_PRECISION="bf16"), cwd=REPO_ROOT)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().splitlines()[-1] == expected
