@@ -158,3 +158,20 @@ checkpoint_every_minutes: 10
     assert (base.adam_betas, base.adam_eps, base.label_smoothing) == ([0.9, 0.98], 1e-9, 0.1)
     assert base.model.to_config(37000).d_model == 512 and big.model.to_config(37000).dropout == 0.3
     assert (big.max_steps, big.average_last, big.checkpoint_every_minutes) == (300000, 20, 10.0)
+
+
+@pytest.mark.parametrize(
+    "name, d_model, dropout, steps, average, pair",
+    [("wmt14_en_de_base.yaml", 512, 0.1, 100000, 5, ("en", "de")),
+     ("wmt14_en_de_big.yaml", 1024, 0.3, 300000, 20, ("en", "de")),
+     ("wmt14_en_fr_big.yaml", 1024, 0.1, 300000, 20, ("en", "fr"))],
+)
+def test_shipped_paper_recipes_hold_table_3(name, d_model, dropout, steps, average, pair):
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / name)
+    config = recipe.model.to_config(37000)
+    assert (config.d_model, config.dropout, config.num_encoder_layers) == (d_model, dropout, 6)
+    assert (recipe.max_steps, recipe.average_last, recipe.checkpoint_every_minutes) == (steps, average, 10.0)
+    assert recipe.keep_last >= recipe.average_last
+    assert (recipe.data.dataset, recipe.data.source_lang, recipe.data.target_lang) == ("wmt14", *pair)
+    assert (recipe.warmup_steps, recipe.label_smoothing, recipe.lr_schedule) == (4000, 0.1, "noam")
+    assert recipe.max_tokens * 8 * recipe.update_freq == 25000  # ~25k tokens per side and step on 8 GPUs
