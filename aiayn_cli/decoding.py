@@ -33,7 +33,6 @@ Beam search semantics (fairseq's, and Hugging Face's `early_stopping=True`):
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, fields, replace
 from typing import Protocol
 
@@ -193,11 +192,12 @@ def _onednn_available() -> bool:
 
 
 class PreparedWeights:
-    """The model's projections in the form the fast path uses, prepared once per model (and again only
-    when a parameter changes): every encoder and decoder layer's, and the pre-softmax projection."""
+    """The model's projections in the form the fast path uses (every encoder and decoder layer's, and
+    the pre-softmax projection), prepared from the weights as they are now: a `Translator` prepares
+    them once; `decode()` without them prepares them for that call. Prepare again after the weights
+    change (an optimizer step, `load_state_dict`): nothing here can see such in-place changes."""
 
     def __init__(self, model: AiaynForConditionalGeneration):
-        self.signature = _signature(model)
         relu = model.config.activation_function == "relu"
 
         def feed_forward(ffn) -> dict:
@@ -229,12 +229,6 @@ class PreparedWeights:
             })
         self.lm_head = Projection(model.lm_head.weight)
 
-    @classmethod
-    def of(cls, model: AiaynForConditionalGeneration) -> "PreparedWeights":
-        prepared = _PREPARED.get(model)
-        if prepared is None or prepared.signature != _signature(model):
-            prepared = _PREPARED[model] = cls(model)
-        return prepared
 
 
 def _feed_forward(layer: dict, x: torch.Tensor) -> torch.Tensor:
@@ -246,9 +240,9 @@ def _feed_forward(layer: dict, x: torch.Tensor) -> torch.Tensor:
 
 
 def encode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor,
-           attention_mask: torch.Tensor | None) -> torch.Tensor:
+           attention_mask: torch.Tensor | None, weights: PreparedWeights) -> torch.Tensor:
     """The encoder's output `(B, S, d_model)`: `model.model.encoder` computed with the prepared projections."""
-    weights, encoder, config = PreparedWeights.of(model), model.model.encoder, model.config
+    encoder, config = model.model.encoder, model.config
     batch, length = input_ids.shape
     h, d_k, d_model, pre_norm = config.num_heads, config.d_k, config.d_model, config.pre_norm
     x = encoder.embed_positions(encoder.embed_tokens(input_ids)).view(batch * length, d_model)  # 3.4, 3.5
@@ -268,16 +262,6 @@ def encode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor,
     return x.view(batch, length, d_model)
 
 
-_PREPARED: "weakref.WeakKeyDictionary[AiaynForConditionalGeneration, PreparedWeights]" = weakref.WeakKeyDictionary()
-
-
-def _signature(model: torch.nn.Module) -> tuple:
-    """Changes when a parameter is replaced, moved, cast or modified in place (inference tensors,
-    which cannot be modified outside inference mode, have no version counter)."""
-    return tuple((p.data_ptr(), 0 if p.is_inference() else p._version, p.dtype, p.device)
-                 for p in model.parameters())
-
-
 class IncrementalDecoder:
     """The model's decoder, one target position per `step`, with in-place key/value caches.
 
@@ -289,16 +273,18 @@ class IncrementalDecoder:
     """
 
     def __init__(self, model: AiaynForConditionalGeneration, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor | None, capacity: int, max_rows: int):
+                 attention_mask: torch.Tensor | None, capacity: int, max_rows: int,
+                 weights: PreparedWeights | None = None):
         """
         Args:
             model: an `AiaynForConditionalGeneration` in eval mode.
             input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch.
             capacity: the most target positions that will be fed (maximum output length + 1).
             max_rows: the most rows there will be (sentences times beams).
+            weights: the model's prepared projections (default: prepared now).
         """
         config = model.config
-        self.weights = PreparedWeights.of(model)
+        self.weights = weights if weights is not None else PreparedWeights(model)
         self.final_norm = model.model.decoder.final_norm
         self.pre_norm = config.pre_norm
         self.h, self.d_k, self.d_model = config.num_heads, config.d_k, config.d_model
@@ -313,7 +299,7 @@ class IncrementalDecoder:
             self.positions = sinusoidal_positional_encoding(positions, self.d_model).to(dtype)  # (capacity, d_model)
 
         # The encoder runs once; each layer's encoder-decoder keys and values are computed once per sentence.
-        memory = encode(model, input_ids, attention_mask)  # (B, S, d_model)
+        memory = encode(model, input_ids, attention_mask, self.weights)  # (B, S, d_model)
         batch, source_length, _ = memory.shape
         self.memory_mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
@@ -541,11 +527,13 @@ def output_length_cap(model: AiaynForConditionalGeneration) -> int:
 
 @torch.inference_mode()
 def decode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-           options: DecodingOptions) -> list[list[Hypothesis]]:
+           options: DecodingOptions, weights: PreparedWeights | None = None) -> list[list[Hypothesis]]:
     """Translate one padded batch: each sentence's hypotheses, best first (`options.nbest` of them).
 
     Args:
         input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch, on the model's device.
+        weights: `PreparedWeights(model)`, to reuse across calls while the weights do not change
+            (default: prepared for this call).
     """
     options.validate()
     config = model.config
@@ -556,7 +544,8 @@ def decode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor, attent
     max_lens = max_output_lengths(lengths, options, output_length_cap(model))
     searching = options.num_beams > 1 and not options.do_sample
     rows = input_ids.size(0) * (options.num_beams if searching else options.nbest if options.do_sample else 1)
-    decoder = IncrementalDecoder(model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows)
+    decoder = IncrementalDecoder(model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows,
+                                 weights=weights)
     search = beam_search if searching else sample_search
     return search(decoder, max_lens, options, config.decoder_start_token_id, config.eos_token_id, input_ids.device)
 
@@ -565,6 +554,7 @@ __all__ = [
     "DecodingOptions",
     "Hypothesis",
     "IncrementalDecoder",
+    "PreparedWeights",
     "beam_search",
     "decode",
     "length_penalty",

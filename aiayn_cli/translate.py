@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from .decoding import DecodingOptions, Hypothesis, decode
+from .decoding import DecodingOptions, Hypothesis, PreparedWeights, decode
 from .errors import AiaynError
 from .modeling_aiayn import AiaynForConditionalGeneration
 
@@ -88,7 +88,11 @@ def check_tokenizer(model, tokenizer, where: str = "the tokenizer") -> None:
 
 
 class Translator:
-    """A model and its tokenizer on one device, ready to translate."""
+    """A model and its tokenizer on one device, ready to translate.
+
+    The decoder's projections are prepared from the weights once, here: make a new `Translator`
+    after changing the weights (validation during training does).
+    """
 
     def __init__(self, model: AiaynForConditionalGeneration, tokenizer, device: str | torch.device | None = None,
                  dtype: str | torch.dtype | None = None):
@@ -106,6 +110,7 @@ class Translator:
             limit = tokenizer_limit
         self.max_source_tokens = limit
         self.pad_id, self.eos_id = config.pad_token_id, tokenizer.eos_token_id
+        self.weights = PreparedWeights(self.model)  # the fast path's projections, prepared once
 
     @classmethod
     def from_pretrained(cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = None,
@@ -250,7 +255,7 @@ class Translator:
         for row, tokens in enumerate(sources):
             input_ids[row, : len(tokens)] = torch.tensor(tokens)
             attention_mask[row, : len(tokens)] = 1
-        return decode(self.model, input_ids.to(self.device), attention_mask.to(self.device), options)
+        return decode(self.model, input_ids.to(self.device), attention_mask.to(self.device), options, self.weights)
 
     def detokenize(self, tokens: list[int]) -> str:
         """The text of a hypothesis, on one line (line breaks that a vocabulary may hold become spaces)."""

@@ -12,6 +12,7 @@ from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding import (
     DecodingOptions,
     IncrementalDecoder,
+    PreparedWeights,
     beam_search,
     decode,
     encode,
@@ -176,7 +177,7 @@ def test_encoder_equals_model_encoder():
     ids, mask = source_batch([9, 4, 7])
     expected = model.model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
     with torch.inference_mode():
-        got = encode(model, ids, mask)
+        got = encode(model, ids, mask, PreparedWeights(model))
     real = mask.bool()
     assert torch.allclose(got[real], expected[real], atol=1e-5)
 
@@ -344,3 +345,17 @@ def test_cuda_decoding_equals_cpu():
     sample = DecodingOptions(num_beams=1, do_sample=True, seed=3, nbest=2, top_p=0.9, max_len_a=0, max_len_b=10)
     first = decode(gpu_model, ids.cuda(), mask.cuda(), sample)
     assert first == decode(gpu_model, ids.cuda(), mask.cuda(), sample)
+
+
+def test_decoding_follows_weights_changed_in_place():
+    """Weights changed where no version counter sees it (`.data`, fused optimizers) are not served
+    stale: `decode()` without prepared weights prepares them from the weights as they are."""
+    model, other = tiny_model(seed=0), tiny_model(seed=3)
+    ids, mask = source_batch([5, 7, 9])
+    options = DecodingOptions(num_beams=2, max_len_a=0.0, max_len_b=10)
+    before = decode(model, ids, mask, options)
+    for p, q in zip(model.parameters(), other.parameters()):
+        p.data.copy_(q.data)  # bumps no version counter
+    after = decode(model, ids, mask, options)
+    assert [h[0].tokens for h in after] == [h[0].tokens for h in decode(other, ids, mask, options)]
+    assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
