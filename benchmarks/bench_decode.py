@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
 from aiayn_cli.configuration_aiayn import PRESETS  # noqa: E402
-from aiayn_cli.decoding import DecodingOptions, decode  # noqa: E402
+from aiayn_cli.decoding import DecodingOptions, PreparedWeights, decode  # noqa: E402
 
 DEFAULT_VOCAB = {"small": 10000, "base": 37000}
 
@@ -123,10 +123,17 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+_PREPARED: dict[int, PreparedWeights] = {}
+
+
 def run_aiayn(model, ids, mask, steps: int, beams: int) -> int:
+    """As `aiayn translate` decodes: the projections prepared once per model (by its `Translator`)."""
     options = DecodingOptions(num_beams=beams, length_penalty=0.6, max_len_a=0, max_len_b=steps - 1,
                               min_len=steps - 1)
-    hyps = decode(model, ids, mask, options)
+    if id(model) not in _PREPARED:
+        _PREPARED[id(model)] = PreparedWeights(model)
+    weights = _PREPARED[id(model)]
+    hyps = decode(model, ids, mask, options, weights)
     lengths = {len(h[0].tokens) + 1 for h in hyps}  # + </s>
     assert lengths == {steps}, lengths
     return steps * ids.size(0)
