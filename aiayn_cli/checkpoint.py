@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .errors import AiaynError
+from .files import replace_dir
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
@@ -101,14 +102,7 @@ def save_checkpoint(accelerator, model, tokenizer, trainer_state: dict[str, Any]
         tokenizer.save_pretrained(tmp)
         _write_json(tmp / TRAINER_STATE, trainer_state)
         # 3. The rename: before it the checkpoint does not exist, after it it is complete.
-        if final.exists():
-            old = final.with_name(final.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        replace_dir(tmp, final)
     accelerator.wait_for_everyone()
     return final
 
@@ -188,14 +182,7 @@ def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.P
             shutil.copy2(item, tmp / item.name)
     save_file(averaged, tmp / "model.safetensors", metadata={"format": "pt"})
     _write_json(tmp / "averaged_from.json", {"checkpoints": [str(p) for p in paths]})
-    if output.exists():
-        old = output.with_name(output.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(output, old)
-        os.replace(tmp, output)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, output)
+    replace_dir(tmp, output)
     return output
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -21,3 +22,17 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def replace_dir(tmp: str | Path, final: str | Path) -> None:
+    """Move the finished folder `tmp` to `final`, replacing what is there: before the rename `final`
+    is the old folder, after it the new one, never a mix."""
+    tmp, final = Path(tmp), Path(final)
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
