@@ -85,3 +85,33 @@ def paper_bleu_tokenize(text: str, lang: str) -> str:
     text = normalizer.replace_unicode_punct(text)
     text = tokenizer.tokenize(text, escape=True, return_str=True)
     return split_compounds(text)
+
+
+def text_features():
+    """The inputs every aiayn metric takes: one prediction and one reference (or a list of them)."""
+    import datasets
+
+    return [
+        datasets.Features(
+            {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
+        ),
+        datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
+    ]
+
+
+def bleu_result(result, signature: str, width: int) -> dict:
+    """A sacrebleu `BLEUScore` as a metric result: the numbers, the signature, sacreBLEU's own line."""
+    return {
+        "name": result.name,
+        "score": result.score,
+        "counts": result.counts,
+        "totals": result.totals,
+        "precisions": result.precisions,
+        "bp": result.bp,
+        "sys_len": result.sys_len,
+        "ref_len": result.ref_len,
+        "signature": signature,
+        "verbose": result._verbose,
+        "formatted": result.format(width=width, signature=signature),
+    }
+

@@ -1,11 +1,10 @@
 """chrF (Popović, 2015) as computed by sacreBLEU, as an `evaluate` metric that loads from this
 folder, with no network. `word_order=2` gives chrF++ (Popović, 2017)."""
 
-import datasets
 import evaluate
 import sacrebleu
 
-from aiayn_cli.metrics import reference_streams
+from aiayn_cli.metrics import reference_streams, text_features
 
 _DESCRIPTION = """\
 Character n-gram F-score (chrF, beta=2 and character order 6 by default) computed by sacreBLEU."""
@@ -45,12 +44,7 @@ class AiaynChrf(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             homepage="https://github.com/mjpost/sacrebleu",
-            features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-                ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
+            features=text_features(),
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
             reference_urls=["https://aclanthology.org/W15-3049"],
         )

@@ -7,12 +7,11 @@ does (whitespace tokens, no smoothing). This number depends on the tokenization 
 comparable with sacreBLEU, nor with the same metric under another tokenizer.
 """
 
-import datasets
 import evaluate
 import sacrebleu
 import sacremoses
 
-from aiayn_cli.metrics import paper_bleu_tokenize, reference_streams
+from aiayn_cli.metrics import bleu_result, paper_bleu_tokenize, reference_streams, text_features
 
 _DESCRIPTION = """\
 Tokenized BLEU with compound splitting (Moses replace-unicode-punctuation + tokenizer -l LANG,
@@ -52,12 +51,7 @@ class AiaynPaperBleu(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-                ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
+            features=text_features(),
             codebase_urls=["https://github.com/moses-smt/mosesdecoder", "https://github.com/hplt-project/sacremoses"],
             reference_urls=["https://arxiv.org/abs/1706.03762"],
         )
@@ -73,17 +67,4 @@ class AiaynPaperBleu(evaluate.Metric):
         signature.update("tok", f"moses-{lang}+atat")
         signature.update("sacremoses", sacremoses.__version__)
         signature = str(signature)
-        return {
-            "name": result.name,
-            "score": result.score,
-            "counts": result.counts,
-            "totals": result.totals,
-            "precisions": result.precisions,
-            "bp": result.bp,
-            "sys_len": result.sys_len,
-            "ref_len": result.ref_len,
-            "signature": signature,
-            "verbose": result._verbose,
-            "formatted": result.format(width=width, signature=signature),
-            "note": NOTE,
-        }
+        return {**bleu_result(result, signature, width), "note": NOTE}

@@ -4,11 +4,10 @@ The numbers are `sacrebleu.BLEU(...).corpus_score(...)`, unchanged; the result c
 signature so that the score can be reported and reproduced.
 """
 
-import datasets
 import evaluate
 import sacrebleu
 
-from aiayn_cli.metrics import reference_streams
+from aiayn_cli.metrics import bleu_result, reference_streams, text_features
 
 _DESCRIPTION = """\
 BLEU computed by sacreBLEU on detokenized text with its standard tokenization ('13a' by default),
@@ -48,12 +47,7 @@ class AiaynSacrebleu(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             homepage="https://github.com/mjpost/sacrebleu",
-            features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-                ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
+            features=text_features(),
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
             reference_urls=["https://www.aclweb.org/anthology/W18-6319"],
         )
@@ -62,16 +56,4 @@ class AiaynSacrebleu(evaluate.Metric):
         bleu = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase)
         result = bleu.corpus_score(predictions, reference_streams(references))
         signature = str(bleu.get_signature())
-        return {
-            "name": result.name,
-            "score": result.score,
-            "counts": result.counts,
-            "totals": result.totals,
-            "precisions": result.precisions,
-            "bp": result.bp,
-            "sys_len": result.sys_len,
-            "ref_len": result.ref_len,
-            "signature": signature,
-            "verbose": result._verbose,
-            "formatted": result.format(width=width, signature=signature),
-        }
+        return bleu_result(result, signature, width)

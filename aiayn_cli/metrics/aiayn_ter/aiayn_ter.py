@@ -1,11 +1,10 @@
 """TER, Translation Edit Rate (Snover et al., 2006), as computed by sacreBLEU, as an `evaluate`
 metric that loads from this folder, with no network. Lower is better."""
 
-import datasets
 import evaluate
 import sacrebleu
 
-from aiayn_cli.metrics import reference_streams
+from aiayn_cli.metrics import reference_streams, text_features
 
 _DESCRIPTION = """\
 Translation Edit Rate: the number of edits (insertions, deletions, substitutions, shifts) that turn
@@ -46,12 +45,7 @@ class AiaynTer(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             homepage="https://github.com/mjpost/sacrebleu",
-            features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-                ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
+            features=text_features(),
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
             reference_urls=["https://aclanthology.org/2006.amta-papers.25"],
         )
