@@ -27,7 +27,8 @@ from typing import Iterable, Iterator
 
 import torch
 
-from .decoding import DecodingOptions, Hypothesis, PreparedWeights, decode
+from .decoding import DecodingOptions, Hypothesis, decode
+from .incremental_decoder import PreparedWeights
 from .errors import AiaynError
 from .modeling_aiayn import AiaynForConditionalGeneration
 
