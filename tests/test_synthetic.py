@@ -6,7 +6,6 @@ import pytest
 
 from aiayn_cli.errors import AiaynError
 from aiayn_cli.synthetic import (
-    NOUNS,
     Clause,
     NounPhrase as NP,
     corpus_statistics,
@@ -17,6 +16,7 @@ from aiayn_cli.synthetic import (
     sample_clause,
     write_corpus,
 )
+from aiayn_cli.synthetic_lexicon import NOUNS
 
 # Hand-checked translations. The comment names the German pattern: case, gender/number, the
 # adjective declension (weak after der/dieser, mixed after ein-words, strong without article).
