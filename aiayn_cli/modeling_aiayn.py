@@ -738,6 +738,29 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         )
         return output if return_dict is not False else output.to_tuple()
 
+    def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
+                 **kwargs):
+        """`GenerationMixin.generate`, stopping at the paper's maximum output length (§6.1).
+
+        With neither `max_length` nor `max_new_tokens`, at most `max_len_a * S + max_len_b` tokens are
+        generated (S: the padded source length; the generation config's `max_len_a` / `max_len_b`, the
+        paper's 1 and 50), and never past `max_length`. `max_new_tokens` alone becomes the same
+        `max_length`, so that transformers does not warn that both were set.
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        if kwargs.get("max_length") is None and getattr(config, "max_new_tokens", None) is None:
+            new_tokens, cap = kwargs.pop("max_new_tokens", None), None
+            source = inputs if inputs is not None else kwargs.get("input_ids")
+            a, b = getattr(config, "max_len_a", None), getattr(config, "max_len_b", None)
+            if new_tokens is None and source is not None and a is not None and b is not None:
+                new_tokens = int(a * source.shape[-1] + b)
+                cap = config.max_length or self.config.max_position_embeddings
+            if new_tokens is not None:
+                prompt = kwargs.get("decoder_input_ids")
+                length = (prompt.shape[-1] if prompt is not None else 1) + new_tokens  # after the start token
+                kwargs["max_length"] = min(length, cap) if cap is not None else length
+        return super().generate(inputs, generation_config, **kwargs)
+
 
 # ---------------------------------------------------------------------------------------------
 # Using the model: `pipeline("translation", ...)`

@@ -297,6 +297,22 @@ def test_max_length_is_a_times_source_plus_b():
             assert all(len(h.tokens) <= n + 3 for h in hyps)
 
 
+
+def test_generate_stops_at_the_paper_maximum_length(caplog):
+    """model.generate() without a length: max_len_a * S + max_len_b new tokens, capped by max_length;
+    max_new_tokens alone is honoured without transformers' "both were set" warning."""
+    model = tiny_model()
+    ids = torch.tensor([[5, 6, 7, 8, EOS]])
+    model.generation_config.max_len_b = 3
+    never_ends = {"suppress_tokens": [EOS]}
+    for beams in (1, 4):
+        assert model.generate(ids, num_beams=beams, **never_ends).shape[1] == 1 + 5 + 3  # <s> + 1 * S + b
+    assert model.generate(input_ids=ids, max_new_tokens=12, **never_ends).shape[1] == 1 + 12
+    assert model.generate(ids, max_length=4, **never_ends).shape[1] == 4
+    model.generation_config.max_len_b, model.generation_config.max_length = 50, 20
+    assert model.generate(ids, **never_ends).shape[1] == 20
+    assert "seem to have been set" not in caplog.text
+
 def test_sampling_is_seeded_and_filters():
     model = tiny_model()
     ids, mask = source_batch([9, 4, 7])
