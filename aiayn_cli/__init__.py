@@ -1,38 +1,51 @@
 """aiayn: the Transformer of "Attention Is All You Need" in the Hugging Face ecosystem.
 
-Importing the package registers the model with ``AutoConfig`` and ``AutoModelForSeq2SeqLM``,
-so that ``AutoModelForSeq2SeqLM.from_pretrained(folder)`` works for any saved aiayn model.
+The package is laid out by the layers of the work, each a subpackage that says what it owns:
+
+    model/        the paper's model as a `transformers` model (also the remote code of a saved folder)
+    data/         parallel corpora, the shared BPE vocabulary, token-count batches
+    training/     recipes, the training loop, checkpoints, checkpoint averaging
+    decoding/     beam search and sampling over the incremental decoder; `Translator`
+    evaluation/   sacreBLEU, chrF, TER and the paper's tokenized BLEU as `evaluate` modules
+    hub/          the folder and model card that go to the Hugging Face Hub
+    quickstart/   the generated English->German corpus and the end-to-end quickstart
+    cli/          the `aiayn` command line: thin commands over the layers above
+
+Names are imported on first use, so that `aiayn --version` does not load torch. Importing the model
+(`from aiayn_cli import AiaynForConditionalGeneration`, or any module of `aiayn_cli.model`)
+registers it with `AutoConfig` and `AutoModelForSeq2SeqLM`.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from .configuration_aiayn import AiaynConfig  # noqa: E402
-from .modeling_aiayn import (  # noqa: E402
-    AiaynForConditionalGeneration,
-    AiaynModel,
-    AiaynPreTrainedModel,
-)
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "AiaynConfig": "aiayn_cli.model",
+    "AiaynForConditionalGeneration": "aiayn_cli.model",
+    "AiaynModel": "aiayn_cli.model",
+    "AiaynPreTrainedModel": "aiayn_cli.model",
+    "Translator": "aiayn_cli.decoding",
+    "DecodingOptions": "aiayn_cli.decoding",
+    "decode": "aiayn_cli.decoding",
+    "score": "aiayn_cli.evaluation",
+    "metric_path": "aiayn_cli.evaluation",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .decoding import DecodingOptions, Translator, decode
+    from .evaluation import metric_path, score
+    from .model import AiaynConfig, AiaynForConditionalGeneration, AiaynModel, AiaynPreTrainedModel
 
 
-def _register() -> None:
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-
-    AutoConfig.register(AiaynConfig.model_type, AiaynConfig, exist_ok=True)
-    AutoModel.register(AiaynConfig, AiaynModel, exist_ok=True)
-    AutoModelForSeq2SeqLM.register(AiaynConfig, AiaynForConditionalGeneration, exist_ok=True)
-    # A saved folder carries `auto_map` and a copy of the modeling code, so that it loads with
-    # `trust_remote_code=True` where this package is not installed.
-    AiaynConfig.register_for_auto_class()
-    AiaynModel.register_for_auto_class("AutoModel")
-    AiaynForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'aiayn_cli' has no attribute {name!r}")
 
 
-_register()
-
-__all__ = [
-    "AiaynConfig",
-    "AiaynForConditionalGeneration",
-    "AiaynModel",
-    "AiaynPreTrainedModel",
-    "__version__",
-]
+__all__ = [*_EXPORTS, "__version__"]

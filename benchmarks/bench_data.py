@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.batching import TokenBatchSampler, tokenize_split  # noqa: E402
-from aiayn_cli.data import DataSpec, load_split  # noqa: E402
-from aiayn_cli.tokenization import train_tokenizer  # noqa: E402
+from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split  # noqa: E402
+from aiayn_cli.data.corpus import DataSpec, load_split  # noqa: E402
+from aiayn_cli.data.tokenization import train_tokenizer  # noqa: E402
 
 
 def padding_of(batches, src, tgt) -> float:

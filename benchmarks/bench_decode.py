@@ -39,9 +39,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
-from aiayn_cli.configuration_aiayn import PRESETS  # noqa: E402
-from aiayn_cli.decoding import DecodingOptions, decode  # noqa: E402
-from aiayn_cli.incremental_decoder import PreparedWeights  # noqa: E402
+from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
+from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
+from aiayn_cli.decoding.incremental import PreparedWeights  # noqa: E402
 
 DEFAULT_VOCAB = {"small": 10000, "base": 37000}
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.incremental_decoder import Projection  # noqa: E402
+from aiayn_cli.decoding.incremental import Projection  # noqa: E402
 
 
 def median_seconds(fn, repeats: int) -> float:

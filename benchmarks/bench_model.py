@@ -19,7 +19,7 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.configuration_aiayn import PRESETS
+from aiayn_cli.model.configuration_aiayn import PRESETS
 
 
 def build_pair(dims: str, vocab_size: int) -> tuple[torch.nn.Module, torch.nn.Module]:

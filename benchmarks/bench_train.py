@@ -6,7 +6,7 @@
 Both sides train the same architecture on the same data with the same tokenizer, threads and
 precision, for the same time budget, each in its own process:
 
-- ours: `aiayn_cli.training.train` with `recipes/multi30k_en_de.yaml` (token-count batches of
+- ours: `aiayn_cli.training.trainer.train` with `recipes/multi30k_en_de.yaml` (token-count batches of
   `--max-tokens` per side, sorted by length);
 - reference: `MarianMTModel` of the same dimensions (ReLU, post-LN, sinusoidal positions, scaled
   and tied embeddings, P_drop), `DataCollatorForSeq2Seq` and `Seq2SeqTrainer`'s default random
@@ -47,8 +47,8 @@ def _recipe_overrides(args, output: Path) -> dict:
 
 def run_ours(args) -> dict:
     """Our loop, as `aiayn train` runs it; the counts come from its final checkpoint."""
-    from aiayn_cli.recipe import load_recipe
-    from aiayn_cli.training import quiet_libraries, train
+    from aiayn_cli.training.recipe import load_recipe
+    from aiayn_cli.training.trainer import quiet_libraries, train
 
     quiet_libraries()
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,8 +63,8 @@ def _mean_batch_sentences(args) -> int:
     """Sentences per batch of our sampler on the training split (the reference's batch size)."""
     from transformers import AutoTokenizer
 
-    from aiayn_cli.batching import TokenBatchSampler, tokenize_split
-    from aiayn_cli.data import DataSpec, load_split
+    from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split
+    from aiayn_cli.data.corpus import DataSpec, load_split
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     train = tokenize_split(load_split(DataSpec(data_dir=str(args.multi30k), source_lang="en", target_lang="de")),
@@ -79,9 +79,9 @@ def run_reference(args) -> dict:
     from transformers import (AutoTokenizer, DataCollatorForSeq2Seq, MarianConfig, MarianMTModel,
                               Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback)
 
-    from aiayn_cli.batching import tokenize_split
-    from aiayn_cli.configuration_aiayn import PRESETS
-    from aiayn_cli.data import DataSpec, load_split
+    from aiayn_cli.data.batching import tokenize_split
+    from aiayn_cli.model.configuration_aiayn import PRESETS
+    from aiayn_cli.data.corpus import DataSpec, load_split
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     dims = PRESETS[args.preset]
@@ -171,8 +171,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.tokenizer is None:
-            from aiayn_cli.data import DataSpec
-            from aiayn_cli.tokenization import train_tokenizer
+            from aiayn_cli.data.corpus import DataSpec
+            from aiayn_cli.data.tokenization import train_tokenizer
 
             args.tokenizer = Path(tmp) / "bpe8k"
             train_tokenizer(DataSpec(data_dir=str(args.multi30k), source_lang="en", target_lang="de"),

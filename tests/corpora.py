@@ -59,8 +59,8 @@ atexit.register(shutil.rmtree, _scratch, True)
 @functools.cache
 def multi30k_bpe(multi30k_dir: Path):
     """The 10,000-token joint BPE of Multi30k train (en + de), trained once per test process."""
-    from aiayn_cli.data import DataSpec
-    from aiayn_cli.tokenization import train_tokenizer
+    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.tokenization import train_tokenizer
 
     spec = DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de")
     return train_tokenizer(spec, vocab_size=10000, show_progress=False)
@@ -69,8 +69,8 @@ def multi30k_bpe(multi30k_dir: Path):
 @functools.cache
 def multi30k_train_tokenized(multi30k_dir: Path):
     """Multi30k train (en-de), tokenized with `multi30k_bpe`, cached in a scratch folder."""
-    from aiayn_cli.batching import tokenize_split
-    from aiayn_cli.data import DataSpec, load_split
+    from aiayn_cli.data.batching import tokenize_split
+    from aiayn_cli.data.corpus import DataSpec, load_split
 
     train = load_split(DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de"), "train")
     return tokenize_split(train, multi30k_bpe(multi30k_dir), cache_dir=_scratch / "tokenized")

@@ -1,4 +1,4 @@
-"""aiayn_cli.batching: cached tokenization, token-count batches, collation, accelerate."""
+"""aiayn_cli.data.batching: cached tokenization, token-count batches, collation, accelerate."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pyarrow.compute as pc
 import pytest
 import torch
 
-import aiayn_cli.batching as batching
+import aiayn_cli.data.batching as batching
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.batching import Seq2SeqCollator, TokenBatchSampler, collate, token_batch_loader, tokenize_split
-from aiayn_cli.data import DataSpec, load_split
+from aiayn_cli.data.batching import Seq2SeqCollator, TokenBatchSampler, collate, token_batch_loader, tokenize_split
+from aiayn_cli.data.corpus import DataSpec, load_split
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.tokenization import train_tokenizer
+from aiayn_cli.data.tokenization import train_tokenizer
 from conftest import REPO_ROOT, cli_env
 from corpora import bpe_multi30k, make_pairs, tokenized_multi30k, write_text_split  # noqa: F401  (fixtures)
 
@@ -231,7 +231,7 @@ TWO_PROCESSES = """
 import json, os, sys
 import numpy as np
 from accelerate import Accelerator
-from aiayn_cli.batching import TokenBatchSampler
+from aiayn_cli.data.batching import TokenBatchSampler
 accelerator = Accelerator()
 assert accelerator.num_processes == 2
 rng = np.random.default_rng(0)

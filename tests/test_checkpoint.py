@@ -9,7 +9,7 @@ from accelerate import Accelerator
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.checkpoint import (
+from aiayn_cli.training.checkpoint import (
     average_checkpoints,
     latest_checkpoint,
     list_checkpoints,

@@ -1,4 +1,4 @@
-"""aiayn_cli.data: one loader for Hub datasets, save_to_disk folders, text pairs, TSV and JSONL."""
+"""aiayn_cli.data.corpus: one loader for Hub datasets, save_to_disk folders, text pairs, TSV and JSONL."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import datasets
 import pytest
 
-from aiayn_cli.data import DataSpec, load_split
+from aiayn_cli.data.corpus import DataSpec, load_split
 from aiayn_cli.errors import AiaynError
 from conftest import run_cli
 from corpora import invoke, make_pairs, write_jsonl, write_lines, write_text_split, write_tsv

@@ -1,4 +1,4 @@
-"""The fast decoder and the paper's beam search (aiayn_cli/incremental_decoder.py, aiayn_cli/decoding.py)
+"""The fast decoder and the paper's beam search (aiayn_cli/decoding/incremental.py, aiayn_cli/decoding/search.py)
 against slow, obvious references."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.decoding import DecodingOptions, beam_search, decode, length_penalty
-from aiayn_cli.incremental_decoder import IncrementalDecoder, PreparedWeights, encode
+from aiayn_cli.decoding.search import DecodingOptions, beam_search, decode, length_penalty
+from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedWeights, encode
 
 PAD, BOS, EOS = 0, 1, 2
 

@@ -36,9 +36,9 @@ LAUNCHER = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or 
 
 @pytest.mark.skipif(LAUNCHER is None, reason="the accelerate launcher is not installed")
 def test_two_processes_equal_one_with_update_freq_2(tmp_path):
-    from aiayn_cli.batching import TokenBatchSampler, tokenize_split
-    from aiayn_cli.data import DataSpec, load_split
-    from aiayn_cli.tokenization import train_tokenizer
+    from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split
+    from aiayn_cli.data.corpus import DataSpec, load_split
+    from aiayn_cli.data.tokenization import train_tokenizer
 
     data = write_dictionary_task(tmp_path / "data", n_train=600, n_valid=16)
     tokenizer = train_tokenizer(DataSpec(data_dir=str(data), source_lang="en", target_lang="de"), vocab_size=320,

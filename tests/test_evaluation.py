@@ -16,8 +16,8 @@ import sacrebleu
 
 from aiayn_cli.cli import main
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.evaluation import format_table, load_metric, read_lines, read_parallel, score, write_json
-from aiayn_cli.metrics import METRIC_MODULES, METRICS_DIR, paper_bleu_tokenize, split_compounds
+from aiayn_cli.evaluation.scoring import format_table, load_metric, read_lines, read_parallel, score, write_json
+from aiayn_cli.evaluation.metrics import METRIC_MODULES, METRICS_DIR, paper_bleu_tokenize, split_compounds
 from conftest import REPO_ROOT, cli_env, run_cli
 
 # Made-up sentences: punctuation, case, numbers, hyphenated compounds, one empty hypothesis.
@@ -366,9 +366,8 @@ def test_paper_bleu_in_table_is_labelled():
 def test_package_data_covers_every_metric_module():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["aiayn_cli"]
-    package = REPO_ROOT / "aiayn_cli"
-    shipped = {Path(p) for pattern in patterns for p in glob.glob(str(package / pattern))}
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["aiayn_cli.evaluation.metrics"]
+    shipped = {Path(p) for pattern in patterns for p in glob.glob(str(METRICS_DIR / pattern))}
     for folder in METRIC_MODULES.values():
         # `evaluate.load(folder)` needs the script named after its folder.
         assert METRICS_DIR / folder / f"{folder}.py" in shipped
@@ -378,7 +377,7 @@ def test_package_data_covers_every_metric_module():
 def test_modules_load_with_evaluate_directly(no_network):
     import evaluate
 
-    from aiayn_cli.metrics import metric_path
+    from aiayn_cli.evaluation.metrics import metric_path
 
     ter = evaluate.load(metric_path("ter"), keep_in_memory=True)
     result = ter.compute(predictions=HYPS, references=[[a, b] for a, b in zip(REFS, REFS2)])
@@ -444,7 +443,7 @@ def test_references_from_a_data_split(tmp_path):
 def test_model_translates_the_split_then_scores(tmp_path):
     import sacrebleu
 
-    from aiayn_cli.translate import Translator
+    from aiayn_cli.decoding.translator import Translator
     from conftest import save_tiny_model
 
     data, sources, targets = _split_corpus(tmp_path)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 from aiayn_cli.cli import main
-from aiayn_cli.evaluation import score
+from aiayn_cli.evaluation.scoring import score
 from conftest import run_cli, save_tiny_model
 
 SECRET = "hf_abcdefSECRETtoken1234567890"

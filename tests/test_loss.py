@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn_cli.loss import label_smoothed_cross_entropy
+from aiayn_cli.training.loss import label_smoothed_cross_entropy
 
 
 def _batch(vocab=11):

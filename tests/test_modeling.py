@@ -15,7 +15,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.modeling_aiayn import sinusoidal_positional_encoding
+from aiayn_cli.model.modeling_aiayn import sinusoidal_positional_encoding
 from conftest import word_level_tokenizer
 
 VOCAB = 72  # differs from every other dimension of the tiny preset
@@ -142,7 +142,7 @@ def test_positional_encoding_after_reload_in_a_new_process(tmp_path):
     model.save_pretrained(tmp_path)
     script = textwrap.dedent(
         f"""
-        import math, torch, aiayn_cli
+        import math, torch, aiayn_cli.model  # registers the Auto classes
         from transformers import AutoModelForSeq2SeqLM
         model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path)!r}).eval()
         captured = {{}}
@@ -352,7 +352,7 @@ def test_loads_and_generates_without_the_package(tmp_path):
 
 
 def test_translation_pipeline_in_process():
-    from aiayn_cli.modeling_aiayn import AiaynTranslationPipeline
+    from aiayn_cli.model.modeling_aiayn import AiaynTranslationPipeline
 
     model = tiny_model()
     tokenizer = word_level_tokenizer()

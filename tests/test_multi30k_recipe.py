@@ -16,7 +16,7 @@ def score_test2016(model_dir, multi30k_dir, beam_size: int = 4) -> float:
     import sacrebleu
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from aiayn_cli.validation import translate_sample
+    from aiayn_cli.training.validation import translate_sample
 
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from aiayn_cli.quickstart import run_quickstart
+from aiayn_cli.quickstart.pipeline import run_quickstart
 from conftest import run_cli
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.recipe import (
+from aiayn_cli.training.recipe import (
     TrainRecipe,
     load_recipe,
     parse_duration,
@@ -121,7 +121,7 @@ def test_durations():
 def test_every_field_is_documented():
     import dataclasses
 
-    from aiayn_cli.recipe import ModelRecipe
+    from aiayn_cli.training.recipe import ModelRecipe
 
     for cls in (TrainRecipe, ModelRecipe):
         docs = recipe_field_docs(cls)

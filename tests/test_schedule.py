@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from aiayn_cli.schedule import build_scheduler, inverse_sqrt_lrate, noam_lrate
+from aiayn_cli.training.schedule import build_scheduler, inverse_sqrt_lrate, noam_lrate
 
 
 def _lrs(scheduler, optimizer, steps):

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.synthetic import (
+from aiayn_cli.quickstart.synthetic import (
     Clause,
     NounPhrase as NP,
     corpus_statistics,
@@ -16,7 +16,7 @@ from aiayn_cli.synthetic import (
     sample_clause,
     write_corpus,
 )
-from aiayn_cli.synthetic_lexicon import NOUNS
+from aiayn_cli.quickstart.lexicon import NOUNS
 
 # Hand-checked translations. The comment names the German pattern: case, gender/number, the
 # adjective declension (weak after der/dieser, mixed after ein-words, strong without article).

@@ -1,4 +1,4 @@
-"""aiayn_cli.tokenization: one joint vocabulary, reversible, no <unk>, loads with AutoTokenizer."""
+"""aiayn_cli.data.tokenization: one joint vocabulary, reversible, no <unk>, loads with AutoTokenizer."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from aiayn_cli.data import DataSpec, load_split
+from aiayn_cli.data.corpus import DataSpec, load_split
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, train_tokenizer
+from aiayn_cli.data.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, train_tokenizer
 from corpora import bpe_multi30k, invoke, make_pairs, write_text_split  # noqa: F401  (fixtures)
 
 UNK_ID = 3
@@ -44,7 +44,7 @@ def test_multi30k_joint_bpe_round_trips_and_never_emits_unk(bpe_multi30k, multi3
 
 def test_saved_folder_loads_with_auto_tokenizer(bpe_multi30k, tmp_path):
     out = tmp_path / "tok"
-    from aiayn_cli.tokenization import save_atomically
+    from aiayn_cli.data.tokenization import save_atomically
 
     save_atomically(bpe_multi30k, out)
     assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]

@@ -14,7 +14,7 @@ TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from aiayn_cli.tokenization import train_tokenizer
+    from aiayn_cli.data.tokenization import train_tokenizer
 
     root = tmp_path_factory.mktemp("tok")
     sentences = [f"w{i} w{(i * 7) % 13} v{i % 5}x" for i in range(300)]
@@ -67,7 +67,7 @@ def test_wrong_type(monkeypatch, capsys, tmp_path):
 
 
 def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, tokenizer):
-    from aiayn_cli.recipe import load_recipe, save_recipe
+    from aiayn_cli.training.recipe import load_recipe, save_recipe
 
     out = tmp_path / "run"
     save_recipe(load_recipe(TINY, {"output_dir": str(out), "tokenizer": str(tokenizer)}), out / "recipe.yaml")

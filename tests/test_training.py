@@ -40,8 +40,8 @@ def write_dictionary_task(folder: Path, n_train: int = 2000, n_valid: int = 64, 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     """Generated data, its tokenizer, and a datasets cache of its own."""
-    from aiayn_cli.data import DataSpec
-    from aiayn_cli.tokenization import train_tokenizer
+    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.tokenization import train_tokenizer
 
     root = tmp_path_factory.mktemp("task")
     data = write_dictionary_task(root / "data")
@@ -161,7 +161,7 @@ def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
 def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
     from transformers import AutoModelForSeq2SeqLM
 
-    from aiayn_cli.checkpoint import latest_checkpoint
+    from aiayn_cli.training.checkpoint import latest_checkpoint
 
     out = tmp_path / "run"
     for attempt in range(10):  # kill -9 the moment a checkpoint's temporary folder appears
@@ -185,8 +185,8 @@ def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
 
 
 def test_resume_of_a_finished_run_and_with_another_tokenizer(task, tmp_path, uninterrupted):
-    from aiayn_cli.data import DataSpec
-    from aiayn_cli.tokenization import train_tokenizer
+    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.tokenization import train_tokenizer
 
     out = task["root"] / "uninterrupted"
     before = sorted(p.name for p in out.iterdir())
@@ -207,8 +207,8 @@ def test_accelerate_decides_precision_unless_the_recipe_does(tmp_path):
     """`accelerate launch --mixed_precision X` sets ACCELERATE_MIXED_PRECISION; a recipe's null keeps it."""
     script = (
         "import sys\n"
-        "from aiayn_cli.recipe import load_recipe\n"
-        "from aiayn_cli.training import make_accelerator\n"
+        "from aiayn_cli.training.recipe import load_recipe\n"
+        "from aiayn_cli.training.trainer import make_accelerator\n"
         f"recipe = load_recipe({str(TINY)!r}, {{'output_dir': {str(tmp_path / 'out')!r}, 'trackers': [],\n"
         "                      'mixed_precision': None if sys.argv[1] == 'null' else sys.argv[1]})\n"
         "print(make_accelerator(recipe).mixed_precision)\n"

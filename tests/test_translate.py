@@ -1,4 +1,4 @@
-"""`aiayn translate` and its library (aiayn_cli/translate.py), on a tiny model with a tiny tokenizer."""
+"""`aiayn translate` and its library (aiayn_cli/decoding/translator.py), on a tiny model with a tiny tokenizer."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.cli import main
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.translate import Translator, decode_lines, make_batches
+from aiayn_cli.decoding.translator import Translator, decode_lines, make_batches
 from conftest import cli_env, run_cli
 
 WORDS = ("a man woman dog cat runs walks sits on the in park street red blue small big young old "
@@ -108,7 +108,7 @@ def test_translates_with_the_paper_defaults(translator):
     outputs = translator.translate(inputs)
     assert len(outputs) == 6 and all(isinstance(o, str) and "\n" not in o for o in outputs)
     # The same as decoding the batch directly, in the input order.
-    from aiayn_cli.decoding import decode
+    from aiayn_cli.decoding.search import decode
 
     ids = translator.encode(inputs)
     for text, tokens in zip(outputs, ids):

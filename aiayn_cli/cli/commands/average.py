@@ -1,0 +1,46 @@
+"""`aiayn average`: one model from the element-wise mean of checkpoints (§6.1).
+
+    aiayn average runs/base --last 5 -o runs/base/averaged        # the paper's base models
+    aiayn average runs/big --last 20 -o runs/big/averaged         # the big models
+    aiayn average runs/x/checkpoint-100 runs/x/checkpoint-200 -o avg
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ...errors import AiaynError
+
+
+def average(
+    paths: Annotated[list[Path], typer.Argument(
+        help="Checkpoint folders, or with --last one run folder (the output folder of `aiayn train`).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The new model folder (Hub format).")],
+    last: Annotated[Optional[int], typer.Option(
+        "--last", min=1, help="Average the N newest checkpoints of the run folder (paper: base 5, big 20).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output if it exists.")] = False,
+) -> None:
+    """Average checkpoints element-wise into a new Hub-format model folder."""
+    from ...training.checkpoint import list_checkpoints, write_averaged_checkpoint
+
+    if last is not None:
+        if len(paths) != 1:
+            raise AiaynError("--last takes one run folder, not checkpoint folders")
+        checkpoints = list_checkpoints(paths[0])
+        if not checkpoints:
+            raise AiaynError(f"{paths[0]} holds no checkpoints (checkpoint-<step> folders)")
+        if len(checkpoints) < last:
+            typer.echo(f"warning: {paths[0]} holds {len(checkpoints)} checkpoints, fewer than --last {last}", err=True)
+        checkpoints = checkpoints[-last:]
+    else:
+        checkpoints = paths
+        for path in checkpoints:
+            if not path.is_dir():
+                raise AiaynError(f"{path}: not a checkpoint folder")
+    if output.exists() and not overwrite:
+        raise AiaynError(f"{output} exists; pass --overwrite to replace it")
+    written = write_averaged_checkpoint(checkpoints, output)
+    typer.echo(f"averaged {len(checkpoints)} checkpoints ({', '.join(p.name for p in checkpoints)}) into {written}")

@@ -1,0 +1,38 @@
+"""`aiayn quickstart`: the whole pipeline on a generated corpus, then the commands for real data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ...quickstart.pipeline import run_quickstart
+
+NEXT_STEPS = """\
+The same steps on real data (Multi30k from a local folder; WMT14 from the Hub):
+  aiayn train-tokenizer --data-dir ../shared/data/multi30k -s en -t de --vocab-size 8000 -o runs/multi30k-bpe8k
+  aiayn train recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k
+  aiayn translate --model runs/multi30k_en_de/averaged --input test2016.en --output test2016.hyp.de
+  aiayn evaluate -i test2016.hyp.de -r ../shared/data/multi30k/test2016.de
+  accelerate launch -m aiayn_cli train recipes/wmt14_en_de_base.yaml      # the paper's base model"""
+
+
+def quickstart(
+    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where the corpus, tokenizer and run go.")] = Path("aiayn-quickstart"),
+    minutes: Annotated[float, typer.Option("--minutes", help="Training time budget in minutes.")] = 2.5,
+    train_pairs: Annotated[int, typer.Option("--train-pairs", min=1000, help="Generated training pairs.")] = 20000,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the corpus, the model and the batches.")] = 0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Reuse a non-empty --output-dir.")] = False,
+) -> None:
+    """Run train-tokenizer, train, average, translate and evaluate on a generated English->German corpus."""
+    result = run_quickstart(output_dir, minutes=minutes, train_pairs=train_pairs, seed=seed, overwrite=overwrite)
+    typer.echo("\nTranslations of held-out sentences:")
+    for source, hypothesis, reference in result.examples:
+        typer.echo(f"  EN   {source}\n  AIAYN {hypothesis}\n  REF  {reference}\n")
+    typer.echo(f"sacreBLEU on {result.output_dir / 'data' / 'test.de'}: {result.bleu:.2f}  ({result.signature})")
+    typer.echo(f"model: {result.model_dir}")
+    timing = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result.seconds.items())
+    typer.echo(f"time: {sum(result.seconds.values()):.0f} s ({timing})")
+    typer.echo(f"translate more:  echo 'The small dog sees a red ball.' | aiayn translate --model {result.model_dir}")
+    typer.echo("\n" + NEXT_STEPS)

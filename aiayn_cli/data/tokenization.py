@@ -1,0 +1,191 @@
+"""The paper's shared source-target vocabulary (§5.1: byte-pair encoding, about 37,000 tokens).
+
+`train_tokenizer` trains ONE subword vocabulary on both languages with `tokenizers` and returns a
+`transformers` fast tokenizer that `AutoTokenizer.from_pretrained` loads back:
+
+- model: BPE (the paper's choice) or unigram; NFKC normalization;
+- a reversible Metaspace pre-tokenizer (spaces become `▁`, decoding puts them back) and byte
+  fallback: a character outside the vocabulary becomes its UTF-8 bytes (`<0x00>` .. `<0xFF>`),
+  never `<unk>`; `decode(encode(x)) == x` for any NFKC-normalized text that does not start with
+  a space;
+- fixed special tokens: `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3 (the ids `AiaynConfig` expects),
+  then the 256 byte tokens (4..259), then the learned subwords;
+- a post-processor that appends `</s>`: `tokenizer("a sentence")` and
+  `tokenizer(text_target="a sentence")` both end in 2. The decoder's `<s>` comes from the model,
+  which shifts labels right itself.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import datasets
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+from .corpus import DataSpec, load_split
+from ..errors import AiaynError
+
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # ids 0, 1, 2, 3
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))  # ids 4 .. 259
+MODELS = ("bpe", "unigram")
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 40
+
+
+def train_tokenizer(
+    data: DataSpec | datasets.Dataset | Iterable[str],
+    *,
+    split: str = "train",
+    vocab_size: int = 37000,
+    model: str = "bpe",
+    min_frequency: int = 2,
+    max_sentences: int | None = None,
+    seed: int = 0,
+    output_dir: str | Path | None = None,
+    overwrite: bool = False,
+    model_max_length: int = 1024,
+    show_progress: bool = True,
+) -> PreTrainedTokenizerFast:
+    """Train a joint vocabulary on both sides of a parallel corpus.
+
+    Args:
+        data: a `DataSpec` (its `split` is loaded with `load_split`), a dataset with `source` and
+            `target` columns (both are used), or sentences.
+        vocab_size: size of the whole vocabulary, special and byte tokens included (paper: ~37,000).
+            A small corpus may give fewer tokens: read `len(tokenizer)`.
+        model: "bpe" (the paper's byte-pair encoding) or "unigram".
+        min_frequency: BPE only: the fewest occurrences of a pair for it to be merged.
+        max_sentences: train on a uniform sample (seeded by `seed`) of this many sentence pairs
+            (or sentences, for plain text), for corpora too large to count in full.
+        output_dir: where to save (`tokenizer.json` + `tokenizer_config.json`), written under a
+            temporary name and renamed, so that a failure leaves nothing behind. It must not exist
+            unless `overwrite`.
+        model_max_length: the longest input, in tokens, that the tokenizer reports to `transformers`.
+    """
+    _check_options(vocab_size, model, min_frequency, max_sentences, model_max_length)
+    if output_dir is not None:
+        check_output_dir(Path(output_dir), overwrite)
+    if isinstance(data, DataSpec):
+        data = load_split(data, split)
+    sentences, count = _sentences(data, max_sentences, seed)
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>") if model == "bpe" else models.Unigram())
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    trained_size = vocab_size - len(BYTE_TOKENS)  # the byte tokens are added after training
+    if model == "bpe":
+        trainer = trainers.BpeTrainer(vocab_size=trained_size, min_frequency=min_frequency,
+                                      special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress)
+    else:
+        trainer = trainers.UnigramTrainer(vocab_size=trained_size, special_tokens=list(SPECIAL_TOKENS),
+                                          unk_token="<unk>", show_progress=show_progress)
+    tokenizer.train_from_iterator(sentences, trainer, length=count)
+    if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
+        raise AiaynError("the training text has no characters to build a vocabulary from")
+
+    tokenizer = _with_byte_fallback(tokenizer)
+    tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", EOS_ID)])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        model_max_length=model_max_length, padding_side="right",
+        clean_up_tokenization_spaces=False,  # decoding must give back "a , b" as it was
+    )
+    if output_dir is not None:
+        save_atomically(fast, Path(output_dir), overwrite)
+    return fast
+
+
+def _check_options(vocab_size: int, model: str, min_frequency: int, max_sentences: int | None,
+                   model_max_length: int) -> None:
+    if model not in MODELS:
+        raise AiaynError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise AiaynError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (4 special tokens, 256 byte tokens "
+                         f"and an alphabet), got {vocab_size}")
+    if min_frequency < 0:
+        raise AiaynError(f"--min-frequency must be 0 or more, got {min_frequency}")
+    if max_sentences is not None and max_sentences < 1:
+        raise AiaynError(f"--max-sentences must be at least 1, got {max_sentences}")
+    if model_max_length < 1:
+        raise AiaynError(f"--model-max-length must be at least 1, got {model_max_length}")
+
+
+def _sentences(data, max_sentences: int | None, seed: int) -> tuple[Iterator[list[str]], int]:
+    """Batches of training sentences (both sides of each pair) and how many sentences in all."""
+    rng = np.random.default_rng(seed)
+    if isinstance(data, datasets.Dataset):
+        missing = {"source", "target"} - set(data.column_names)
+        if missing:
+            raise AiaynError(f"the dataset has no column {', '.join(sorted(missing))} (columns: {', '.join(data.column_names)})")
+        if max_sentences is not None and max_sentences < len(data):
+            data = data.select(np.sort(rng.choice(len(data), max_sentences, replace=False)))
+        batches = (batch["source"] + batch["target"]
+                   for batch in data.select_columns(["source", "target"]).iter(batch_size=1000))
+        return batches, 2 * len(data)
+    texts = data if isinstance(data, list) else list(data)
+    if max_sentences is not None and max_sentences < len(texts):
+        texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_sentences, replace=False))]
+    return (texts[i:i + 1000] for i in range(0, len(texts), 1000)), len(texts)
+
+
+def _with_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
+    """The trained tokenizer with the 256 byte tokens at ids 4..259 and byte fallback on."""
+    state = json.loads(tokenizer.to_str())
+    model = state["model"]
+    if model["type"] == "BPE":
+        learned = sorted(model["vocab"].items(), key=lambda item: item[1])
+        tokens = [token for token, _ in learned[:len(SPECIAL_TOKENS)]] + list(BYTE_TOKENS)
+        tokens += [token for token, _ in learned[len(SPECIAL_TOKENS):] if token not in BYTE_TOKENS]
+        model["vocab"] = {token: index for index, token in enumerate(tokens)}
+    else:  # Unigram: a list of [piece, log-probability]; byte pieces get 0.0, as sentencepiece does
+        pieces = model["vocab"]
+        learned = [piece for piece in pieces[len(SPECIAL_TOKENS):] if piece[0] not in BYTE_TOKENS]
+        model["vocab"] = pieces[:len(SPECIAL_TOKENS)] + [[token, 0.0] for token in BYTE_TOKENS] + learned
+        model["unk_id"] = UNK_ID
+    model["byte_fallback"] = True
+    rebuilt = Tokenizer.from_str(json.dumps(state))
+    assert [rebuilt.id_to_token(i) for i in range(len(SPECIAL_TOKENS))] == list(SPECIAL_TOKENS)
+    return rebuilt
+
+
+def check_output_dir(output_dir: Path, overwrite: bool) -> None:
+    """Raise `AiaynError` unless `output_dir` may be written: absent, empty, or `overwrite`."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise AiaynError(f"--output {output_dir}: exists and is not a folder")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise AiaynError(f"--output {output_dir}: exists and is not empty; pass --overwrite to replace it")
+
+
+def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwrite: bool = False) -> None:
+    """`save_pretrained` into a temporary sibling folder, then rename it to `output_dir`."""
+    check_output_dir(output_dir, overwrite)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = output_dir.parent / f".{output_dir.name}.{uuid.uuid4().hex[:12]}.tmp"
+    staging.mkdir()
+    replaced = None
+    try:
+        tokenizer.save_pretrained(staging)
+        if output_dir.exists():
+            replaced = output_dir.rename(staging.with_suffix(".old"))
+        staging.rename(output_dir)
+    except BaseException:
+        if replaced is not None and not output_dir.exists():
+            replaced.rename(output_dir)
+            replaced = None
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        if replaced is not None:
+            shutil.rmtree(replaced, ignore_errors=True)
+
+
+__all__ = ["BOS_ID", "BYTE_TOKENS", "EOS_ID", "MODELS", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "check_output_dir",
+           "save_atomically", "train_tokenizer"]

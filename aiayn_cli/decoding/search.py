@@ -1,0 +1,354 @@
+"""Fast decoding for `AiaynForConditionalGeneration`: beam search as in the paper (§6.1), greedy, sampling.
+
+"We used beam search with a beam size of 4 and length penalty alpha = 0.6 [38]. [...] We set the
+maximum output length during inference to input length + 50, but terminate early when possible."
+
+Two parts:
+
+* `IncrementalDecoder` (`aiayn_cli/decoding/incremental.py`) runs the model's own modules one target
+  position at a time, with in-place key/value caches, dropping the rows of finished sentences.
+* `beam_search` and `sample_search` drive any object with the `step` / `select` interface of
+  `IncrementalDecoder` (the tests also drive them with a scripted distribution).
+
+Beam search semantics (fairseq's, and Hugging Face's `early_stopping=True`):
+
+* at each step every live hypothesis is extended by every token; the 2 * beam best candidates by
+  summed log-probability are kept, so that hypotheses that end do not starve the beam;
+* a candidate ending in `</s>` among the best `beam` is finished, with score
+  sum log p / lp(|Y|), where |Y| counts the generated tokens including `</s>` and lp is GNMT's
+  ((5 + |Y|) / 6) ** alpha [38] (`length_penalty_style="gnmt"`) or Hugging Face's |Y| ** alpha
+  (`"hf"`);
+* the best `beam` candidates that do not end are the live hypotheses of the next step;
+* a sentence stops when it has `beam` finished hypotheses ("stop when all beams are finished"),
+  or at its maximum length max_len_a * |x| + max_len_b (|x|: source tokens, `</s>` included),
+  where `</s>` is forced. No bound on what live hypotheses could still reach is used (with GNMT's
+  penalty a longer hypothesis can still overtake a finished one): this is the paper's
+  "terminate early when possible", as in fairseq and in `generate(early_stopping=True)`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from .incremental import IncrementalDecoder, PreparedWeights
+from ..model.modeling_aiayn import AiaynForConditionalGeneration
+
+LENGTH_PENALTY_STYLES = ("gnmt", "hf")
+
+
+# ---------------------------------------------------------------------------------------------
+# Options: the model's generation_config (§6.1 defaults), overridden by the caller
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DecodingOptions:
+    """How to decode. `DecodingOptions.from_generation_config` reads a model's saved defaults.
+
+    Args:
+        num_beams: beam size; 1 is greedy search (or sampling, with `do_sample`).
+        length_penalty: alpha of the length penalty; 0 ranks by summed log-probability.
+        length_penalty_style: "gnmt", ((5 + |Y|) / 6) ** alpha (the paper's [38]), or "hf", |Y| ** alpha.
+        max_len_a, max_len_b: at most `max_len_a * |x| + max_len_b` tokens before `</s>`.
+        min_len: `</s>` is not allowed before this many tokens (0: no minimum).
+        nbest: hypotheses returned per sentence (at most num_beams; with sampling, the number of samples).
+        do_sample: sample from the model's distribution instead of searching.
+        temperature, top_k, top_p: sampling filters (top_k 0 and top_p 1.0 disable them).
+        seed: seed of the sampling generator (None: not seeded).
+    """
+
+    num_beams: int = 4
+    length_penalty: float = 0.6
+    length_penalty_style: str = "gnmt"
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    min_len: int = 0
+    nbest: int = 1
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @classmethod
+    def from_generation_config(cls, generation_config, **overrides) -> "DecodingOptions":
+        """Defaults from a `GenerationConfig` (fields it lacks keep the paper's values), then the
+        `overrides` that are not None."""
+        saved = {}
+        if generation_config is not None:
+            for f in fields(cls):
+                value = getattr(generation_config, f.name, None)
+                if value is not None:
+                    saved[f.name] = value
+            if not saved.get("do_sample"):  # generate()'s sampling defaults mean nothing for search
+                for name in ("top_k", "top_p", "temperature"):
+                    saved.pop(name, None)
+        options = replace(cls(**saved), **{k: v for k, v in overrides.items() if v is not None})
+        return options
+
+    def validate(self) -> None:
+        """Raise `ValueError`, naming the option, for values that cannot be decoded with."""
+        if self.num_beams < 1:
+            raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        if self.length_penalty_style not in LENGTH_PENALTY_STYLES:
+            raise ValueError(f"length_penalty_style must be one of {', '.join(LENGTH_PENALTY_STYLES)}, "
+                             f"got {self.length_penalty_style!r}")
+        if self.nbest < 1 or (not self.do_sample and self.nbest > self.num_beams):
+            raise ValueError(f"nbest must be between 1 and num_beams ({self.num_beams}), got {self.nbest}")
+        if self.max_len_a < 0 or self.max_len_b < 0 or self.min_len < 0:
+            raise ValueError("max_len_a, max_len_b and min_len must be >= 0")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_k must be >= 0 and top_p in (0, 1], got {self.top_k} and {self.top_p}")
+
+
+def length_penalty(length: int, alpha: float, style: str = "gnmt") -> float:
+    """lp(|Y|), which a finished hypothesis's summed log-probability is divided by.
+
+    GNMT [38] (Wu et al., 2016, eq. 14): lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha.
+    Hugging Face `generate()`: lp(Y) = |Y|^alpha.
+    """
+    if style == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if style == "hf":
+        return float(length) ** alpha
+    raise ValueError(f"length_penalty_style must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {style!r}")
+
+
+@dataclass
+class Hypothesis:
+    """A finished translation: token ids without `<s>` and `</s>`, its score (log_prob / lp) and log-probability."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+# ---------------------------------------------------------------------------------------------
+# The interface the searches drive
+# ---------------------------------------------------------------------------------------------
+
+
+class StepDecoder(Protocol):
+    """What the searches need: next-token logits for the current rows, and a way to keep some rows."""
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """`tokens` `(N,)`: the token fed at the current position of every row -> logits `(N, V)`."""
+
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> None:
+        """Keep `rows` (indices into the current rows, grouped by sentence, as many per sentence),
+        which belong to `sentences` (indices into the current sentences: all of them, in order,
+        when their number does not change)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search
+# ---------------------------------------------------------------------------------------------
+
+
+def _force_eos(lprobs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
+    """At a row's maximum length only `</s>` may follow: every other entry becomes -inf, in place."""
+    if bool(rows.any()):
+        eos = lprobs[rows, eos_id]
+        lprobs[rows] = -math.inf
+        lprobs[rows, eos_id] = eos
+
+
+def beam_search(decoder: StepDecoder, max_lens: list[int], options: DecodingOptions, bos_id: int,
+                eos_id: int, device: torch.device | str = "cpu") -> list[list[Hypothesis]]:
+    """Beam search over `len(max_lens)` sentences; each sentence's best `options.nbest` hypotheses, best first.
+
+    Args:
+        decoder: one row per sentence, before any position has been fed.
+        max_lens: for each sentence, the most tokens before `</s>` (`</s>` is then forced).
+    """
+    beam, alpha, style = options.num_beams, options.length_penalty, options.length_penalty_style
+    batch = len(max_lens)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    alive = list(range(batch))  # the original index of each current sentence
+    max_len_rows = torch.tensor(max_lens, device=device)  # (N,)
+    scores = torch.zeros(batch, 1, device=device)  # (B, beams): summed log-probabilities of the live hypotheses
+    history = torch.empty(batch, 0, dtype=torch.long, device=device)  # (N, t): the tokens generated so far
+    tokens = torch.full((batch,), bos_id, dtype=torch.long, device=device)
+    t = 0
+    while True:
+        lprobs = F.log_softmax(decoder.step(tokens).float(), dim=-1)  # (N, V)
+        vocab = lprobs.size(-1)
+        if t < options.min_len:
+            lprobs[:, eos_id] = -math.inf
+        _force_eos(lprobs, max_len_rows <= t, eos_id)
+        n_sentences, beams = scores.shape
+        candidates = lprobs.add_(scores.view(-1, 1)).view(n_sentences, beams * vocab)  # in place: lprobs is done
+        top_scores, top_ids = candidates.topk(min(2 * beam, beams * vocab), dim=1)  # (B, 2 * beam)
+        top_beams, top_tokens = top_ids // vocab, top_ids % vocab
+        ends = top_tokens == eos_id
+
+        # Candidates ending in </s> among the best `beam` are finished.
+        new_finished = ends[:, :beam] & (top_scores[:, :beam] > -math.inf)
+        if bool(new_finished.any()):
+            lp = length_penalty(t + 1, alpha, style)
+            for b, j in new_finished.nonzero().tolist():
+                done = finished[alive[b]]
+                if len(done) < beam:
+                    raw = float(top_scores[b, j])
+                    done.append(Hypothesis(history[b * beams + int(top_beams[b, j])].tolist(), raw / lp, raw))
+
+        # The best `beam` candidates that do not end are the next live hypotheses.
+        order = ends.long() * ends.size(1) + torch.arange(ends.size(1), device=device)
+        keep = order.topk(beam, dim=1, largest=False).indices  # (B, beam), in candidate order
+        scores, keep_beams, keep_tokens = top_scores.gather(1, keep), top_beams.gather(1, keep), top_tokens.gather(1, keep)
+
+        # A sentence with `beam` finished hypotheses, or at its maximum length, is done.
+        at_max = (max_len_rows.view(n_sentences, beams)[:, 0] <= t).tolist()
+        still = [b for b in range(n_sentences) if len(finished[alive[b]]) < beam and not at_max[b]]
+        t += 1
+        if not still:
+            break
+        if len(still) < n_sentences:
+            sentences = torch.tensor(still, device=device)
+            scores, keep_beams, keep_tokens = scores[sentences], keep_beams[sentences], keep_tokens[sentences]
+            alive = [alive[b] for b in still]
+        else:
+            sentences = torch.arange(n_sentences, device=device)
+        rows = (sentences.unsqueeze(1) * beams + keep_beams).view(-1)  # (B' * beam,)
+        decoder.select(rows, sentences)
+        tokens = keep_tokens.view(-1)
+        history = torch.cat([history[rows], tokens[:, None]], dim=1)
+        max_len_rows = max_len_rows[rows]
+    for hyps in finished:
+        hyps.sort(key=lambda hyp: hyp.score, reverse=True)
+    return [hyps[: options.nbest] for hyps in finished]
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy search and sampling
+# ---------------------------------------------------------------------------------------------
+
+
+def sample_search(decoder: StepDecoder, max_lens: list[int], options: DecodingOptions, bos_id: int,
+                  eos_id: int, device: torch.device | str = "cpu") -> list[list[Hypothesis]]:
+    """Greedy search (`do_sample=False`), or sampling with temperature, top-k and top-p (`options.nbest`
+    samples per sentence). Every row is its own sentence for the decoder, and rows finish one by one.
+
+    A hypothesis's `log_prob` is the model's log-probability (temperature 1, unfiltered).
+    """
+    samples = options.nbest if options.do_sample else 1
+    batch = len(max_lens)
+    generator = None
+    if options.do_sample and options.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(options.seed)
+    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    owner = [b for b in range(batch) for _ in range(samples)]  # the sentence of each row
+    if samples > 1:
+        rows = torch.tensor(owner, device=device)
+        decoder.select(rows, rows)
+    max_len_rows = torch.tensor([max_lens[b] for b in owner], device=device)
+    log_probs = torch.zeros(len(owner), device=device)
+    history = torch.empty(len(owner), 0, dtype=torch.long, device=device)  # (N, t)
+    tokens = torch.full((len(owner),), bos_id, dtype=torch.long, device=device)
+    t = 0
+    while True:
+        logits = decoder.step(tokens).float()  # (N, V)
+        if t < options.min_len:
+            logits[:, eos_id] = -math.inf
+        _force_eos(logits, max_len_rows <= t, eos_id)
+        lprobs = F.log_softmax(logits, dim=-1)
+        tokens = _sample(logits, options, generator) if options.do_sample else lprobs.argmax(dim=-1)
+        log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
+        t += 1
+        ended = (tokens == eos_id).tolist()
+        if any(ended):
+            lp = length_penalty(t, options.length_penalty, options.length_penalty_style)
+            for r in (r for r, e in enumerate(ended) if e):
+                raw = float(log_probs[r])
+                results[owner[r]].append(Hypothesis(history[r].tolist(), raw / lp, raw))
+            kept = [r for r, e in enumerate(ended) if not e]
+            if not kept:
+                break
+            rows = torch.tensor(kept, device=device)
+            decoder.select(rows, rows)
+            owner = [owner[r] for r in kept]
+            max_len_rows, log_probs, history, tokens = max_len_rows[rows], log_probs[rows], history[rows], tokens[rows]
+        history = torch.cat([history, tokens[:, None]], dim=1)
+    for hyps in results:
+        hyps.sort(key=lambda hyp: hyp.score, reverse=True)
+    return results
+
+
+def _sample(logits: torch.Tensor, options: DecodingOptions, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from softmax(logits / temperature), within the top-k and the top-p nucleus."""
+    logits = logits / options.temperature
+    if 0 < options.top_k < logits.size(-1):
+        kth = logits.topk(options.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if options.top_p < 1.0:
+        sorted_logits, sorted_ids = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs >= options.top_p  # the token that crosses top_p stays in
+        logits = logits.scatter(-1, sorted_ids, sorted_logits.masked_fill(outside, -math.inf))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def max_output_lengths(source_lengths: list[int], options: DecodingOptions, cap: int) -> list[int]:
+    """The most tokens before `</s>` for each sentence: max_len_a * |x| + max_len_b, at most `cap`."""
+    return [max(min(options.min_len, cap), min(cap, int(options.max_len_a * n + options.max_len_b)))
+            for n in source_lengths]
+
+
+def output_length_cap(model: AiaynForConditionalGeneration) -> int:
+    """The longest output the model can give, in tokens before `</s>`: the decoder sees at most
+    `max_position_embeddings` positions (`<s>` and the tokens before `</s>`), and `generate()`'s
+    `max_length` counts `<s>` and `</s>` too."""
+    cap = model.config.max_position_embeddings - 1
+    generation_max = getattr(model.generation_config, "max_length", None)
+    if generation_max:
+        cap = min(cap, generation_max - 2)
+    return max(cap, 0)
+
+
+@torch.inference_mode()
+def decode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+           options: DecodingOptions, weights: PreparedWeights | None = None) -> list[list[Hypothesis]]:
+    """Translate one padded batch: each sentence's hypotheses, best first (`options.nbest` of them).
+
+    Args:
+        input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch, on the model's device.
+        weights: `PreparedWeights(model)`, to reuse across calls while the weights do not change
+            (default: prepared for this call).
+    """
+    options.validate()
+    config = model.config
+    if attention_mask is None:
+        lengths = [input_ids.size(1)] * input_ids.size(0)
+    else:
+        lengths = attention_mask.sum(-1).tolist()
+    max_lens = max_output_lengths(lengths, options, output_length_cap(model))
+    searching = options.num_beams > 1 and not options.do_sample
+    rows = input_ids.size(0) * (options.num_beams if searching else options.nbest if options.do_sample else 1)
+    decoder = IncrementalDecoder(model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows,
+                                 weights=weights)
+    search = beam_search if searching else sample_search
+    return search(decoder, max_lens, options, config.decoder_start_token_id, config.eos_token_id, input_ids.device)
+
+
+__all__ = [
+    "DecodingOptions",
+    "Hypothesis",
+    "beam_search",
+    "decode",
+    "length_penalty",
+    "max_output_lengths",
+    "output_length_cap",
+    "sample_search",
+]

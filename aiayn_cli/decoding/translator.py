@@ -1,0 +1,311 @@
+"""Translate text with a saved aiayn model: the library behind `aiayn translate`.
+
+    from aiayn_cli.decoding.translator import Translator
+
+    translator = Translator.from_pretrained("runs/base")          # a folder, or a Hub id
+    translator.translate(["A man rides a bike.", ""])             # ['Ein Mann fährt Fahrrad.', '']
+    translator.translate_nbest(["A dog runs."], nbest=4)          # [[('Ein Hund rennt.', -0.41), ...]]
+    for line in translator.translate_stream(sys.stdin):           # one output per input, in order, at once
+        print(line, flush=True)
+
+One output per input, always: an empty or whitespace-only input gives an empty output; an input
+longer than the model's limit is truncated (with a warning), skipped (an empty output, with a
+warning) or an error, as `on_long` says. Inputs are grouped into batches of at most `max_tokens`
+source tokens (padding included) and `batch_size` sentences over the inputs sorted by length, and
+the outputs are put back in the input order. Decoding defaults come from the model's
+generation_config (the paper's §6.1: beam 4, GNMT length penalty 0.6, at most input + 50 tokens);
+the keyword options of `translate` override them. Warnings go to the `aiayn_cli.decoding.translator` logger.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import fields
+from typing import Iterable, Iterator
+
+import torch
+
+from .search import DecodingOptions, Hypothesis, decode
+from .incremental import PreparedWeights
+from ..errors import AiaynError
+from ..model.modeling_aiayn import AiaynForConditionalGeneration
+
+logger = logging.getLogger(__name__)
+
+ON_LONG = ("truncate", "skip", "error")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DEVICES = ("auto", "cpu", "cuda", "mps")
+MAX_TOKENS = 2048  # source tokens per batch, padding included
+BATCH_SIZE = 64  # sentences per batch
+DECODING_OPTIONS = {f.name for f in fields(DecodingOptions)}
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """`device`, or the best one here: cuda, then mps, then cpu."""
+    if device not in (None, "auto"):
+        try:
+            chosen = torch.device(device)
+        except RuntimeError as err:
+            raise AiaynError(f"--device {device}: not a device ({err})") from None
+        if chosen.type == "cuda" and not torch.cuda.is_available():
+            raise AiaynError(f"--device {device}: CUDA is not available here")
+        if chosen.type == "mps" and not torch.backends.mps.is_available():
+            raise AiaynError(f"--device {device}: MPS is not available here")
+        return chosen
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise AiaynError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def check_tokenizer(model, tokenizer, where: str = "the tokenizer") -> None:
+    """Raise `AiaynError` where the tokenizer's vocabulary or special ids are not the model's."""
+    config = model.config
+    if len(tokenizer) != config.vocab_size:
+        raise AiaynError(
+            f"{where} has {len(tokenizer)} tokens but the model's vocabulary has {config.vocab_size}: "
+            "use the tokenizer the model was trained with"
+        )
+    for name in ("pad", "eos", "bos"):
+        expected, got = getattr(config, f"{name}_token_id"), getattr(tokenizer, f"{name}_token_id")
+        if got is not None and expected is not None and got != expected:
+            raise AiaynError(f"{where}: its {name} token id is {got} but the model's is {expected}: "
+                             "use the tokenizer the model was trained with")
+    if tokenizer.eos_token_id is None:
+        raise AiaynError(f"{where} has no end-of-sentence token ({config.eos_token_id} in the model)")
+
+
+class Translator:
+    """A model and its tokenizer on one device, ready to translate.
+
+    The decoder's projections are prepared from the weights once, here: make a new `Translator`
+    after changing the weights (validation during training does).
+    """
+
+    def __init__(self, model: AiaynForConditionalGeneration, tokenizer, device: str | torch.device | None = None,
+                 dtype: str | torch.dtype | None = None):
+        if not isinstance(model, AiaynForConditionalGeneration):
+            raise AiaynError(f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model "
+                             "saved by aiayn train")
+        check_tokenizer(model, tokenizer)
+        self.device = device if isinstance(device, torch.device) else pick_device(device)
+        self.model = model.to(device=self.device, dtype=pick_dtype(dtype)).eval()
+        self.tokenizer = tokenizer
+        config = model.config
+        limit = config.max_position_embeddings
+        tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+        if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:
+            limit = tokenizer_limit
+        self.max_source_tokens = limit
+        self.pad_id, self.eos_id = config.pad_token_id, tokenizer.eos_token_id
+        self.weights = PreparedWeights(self.model)  # the fast path's projections, prepared once
+
+    @classmethod
+    def from_pretrained(cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = None,
+                        revision: str | None = None) -> "Translator":
+        """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
+        `AutoTokenizer`)."""
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        try:
+            model = AutoModelForSeq2SeqLM.from_pretrained(path_or_hub_id, revision=revision)
+        except (OSError, ValueError, KeyError) as err:
+            raise AiaynError(f"--model {path_or_hub_id}: cannot load a model ({_first_line(err)})") from None
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path_or_hub_id, revision=revision)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise AiaynError(f"--model {path_or_hub_id}: cannot load its tokenizer ({_first_line(err)})") from None
+        return cls(model, tokenizer, device=device, dtype=dtype)
+
+    # -----------------------------------------------------------------------------------------
+    # Options and inputs
+    # -----------------------------------------------------------------------------------------
+
+    def decoding_options(self, **overrides) -> DecodingOptions:
+        """The model's generation_config, overridden by the options given (None keeps the saved value)."""
+        unknown = set(overrides) - DECODING_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
+        options = DecodingOptions.from_generation_config(self.model.generation_config, **overrides)
+        try:
+            options.validate()
+        except ValueError as err:
+            raise AiaynError(f"decoding options: {err}") from None
+        return options
+
+    def encode(self, sentences: list[str], on_long: str = "truncate", first_line: int = 1,
+               source: str = "input") -> list[list[int] | None]:
+        """Token ids of each sentence, or None for an empty output (an empty or whitespace-only line, or a
+        long line skipped). Warnings and errors name the line: `first_line` is the number of the first."""
+        if on_long not in ON_LONG:
+            raise AiaynError(f"--on-long {on_long}: choose one of {', '.join(ON_LONG)}")
+        texts = [(i, s) for i, s in enumerate(sentences) if s.strip()]
+        ids: list[list[int] | None] = [None] * len(sentences)
+        if not texts:
+            return ids
+        encoded = self.tokenizer([s for _, s in texts], add_special_tokens=True, truncation=False, verbose=False)
+        limit = self.max_source_tokens
+        for (i, _), tokens in zip(texts, encoded["input_ids"]):
+            if len(tokens) > limit:
+                where = f"{source} line {first_line + i}"
+                if on_long == "error":
+                    raise AiaynError(f"{where}: {len(tokens)} tokens, more than the model's limit of {limit} "
+                                     "(use --on-long truncate or skip)")
+                if on_long == "skip":
+                    logger.warning("%s: %d tokens, more than the model's limit of %d: skipped (empty output)",
+                                   where, len(tokens), limit)
+                    continue
+                logger.warning("%s: %d tokens, more than the model's limit of %d: truncated", where, len(tokens), limit)
+                tokens = tokens[: limit - 1] + [self.eos_id] if tokens[-1] == self.eos_id else tokens[:limit]
+            ids[i] = tokens
+        return ids
+
+    # -----------------------------------------------------------------------------------------
+    # Translation
+    # -----------------------------------------------------------------------------------------
+
+    def translate(self, sentences: list[str], *, on_long: str = "truncate", max_tokens: int = MAX_TOKENS,
+                  batch_size: int = BATCH_SIZE, progress: bool = False, first_line: int = 1,
+                  source: str = "input", **options) -> list[str]:
+        """One translation per sentence (the best hypothesis); `options` are `DecodingOptions` fields."""
+        results = self.translate_nbest(sentences, on_long=on_long, max_tokens=max_tokens, batch_size=batch_size,
+                                       progress=progress, first_line=first_line, source=source, **options)
+        return [hyps[0][0] if hyps else "" for hyps in results]
+
+    def translate_nbest(self, sentences: list[str], *, on_long: str = "truncate", max_tokens: int = MAX_TOKENS,
+                        batch_size: int = BATCH_SIZE, progress: bool = False, first_line: int = 1,
+                        source: str = "input", **options) -> list[list[tuple[str, float]]]:
+        """Each sentence's hypotheses, best first, as (text, score): `nbest` of them (default 1), or none
+        for an empty output. The score is log p(y | x) / lp(|y|), |y| counting `</s>`."""
+        decoding = self.decoding_options(**options)
+        ids = self.encode(list(sentences), on_long=on_long, first_line=first_line, source=source)
+        results: list[list[tuple[str, float]]] = [[] for _ in ids]
+        todo = [i for i, tokens in enumerate(ids) if tokens is not None]
+        bar = _progress_bar(len(sentences), progress)
+        bar.update(len(sentences) - len(todo))
+        try:
+            for batch in make_batches([len(ids[i]) for i in todo], max_tokens, batch_size):
+                rows = [todo[j] for j in batch]
+                hyps = self._decode([ids[i] for i in rows], decoding)
+                for i, sentence_hyps in zip(rows, hyps):
+                    results[i] = [(self.detokenize(h.tokens), h.score) for h in sentence_hyps]
+                bar.update(len(rows))
+        finally:
+            bar.close()
+        return results
+
+    def translate_stream(self, lines: Iterable[str], *, group_size: int = BATCH_SIZE, with_scores: bool = False,
+                         **kwargs) -> Iterator:
+        """Translate lines as they arrive: yields one result per line, in order, as soon as it is ready.
+
+        A background thread reads `lines`; each time the translator is free it takes the lines that
+        have arrived (at least one, at most `group_size`) and translates them together, so that an
+        interactive user gets each translation at once and a pipe gets batches. Yields strings, or
+        lists of (text, score) with `with_scores=True`. `kwargs` are those of `translate_nbest`.
+        """
+        arrived: queue.Queue = queue.Queue()
+        end = object()
+
+        def read() -> None:
+            try:
+                for line in lines:
+                    arrived.put(line)
+            except BaseException as err:  # handed to the consumer, which raises it
+                arrived.put(err)
+            arrived.put(end)
+
+        threading.Thread(target=read, name="aiayn-translate-reader", daemon=True).start()
+        line_number, finished = kwargs.pop("first_line", 1), False
+        while not finished:
+            group = [arrived.get()]
+            while len(group) < group_size:
+                try:
+                    group.append(arrived.get_nowait())
+                except queue.Empty:
+                    break
+            if any(item is end for item in group):
+                finished, group = True, group[: next(i for i, item in enumerate(group) if item is end)]
+            errors = [item for item in group if isinstance(item, BaseException)]
+            group = [item for item in group if not isinstance(item, BaseException)]
+            if group:
+                results = self.translate_nbest(group, first_line=line_number, **kwargs)
+                line_number += len(group)
+                for hyps in results:
+                    yield hyps if with_scores else (hyps[0][0] if hyps else "")
+            if errors:
+                raise errors[0]
+
+    @torch.inference_mode()
+    def _decode(self, sources: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
+        width = max(len(s) for s in sources)
+        input_ids = torch.full((len(sources), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
+        for row, tokens in enumerate(sources):
+            input_ids[row, : len(tokens)] = torch.tensor(tokens)
+            attention_mask[row, : len(tokens)] = 1
+        return decode(self.model, input_ids.to(self.device), attention_mask.to(self.device), options, self.weights)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """The text of a hypothesis, on one line (line breaks that a vocabulary may hold become spaces)."""
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return " ".join(text.splitlines()).strip() if any(c in text for c in LINE_BREAKS) else text.strip()
+
+
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def decode_lines(raw_lines: Iterable[bytes], source: str = "input") -> Iterator[str]:
+    """Text lines from binary ones (split on b"\\n" only, as `for line in binary_file` does): a trailing
+    "\\r" and a first-line byte-order mark are dropped; invalid UTF-8 is replaced by U+FFFD, with a
+    warning that names the line."""
+    for number, raw in enumerate(raw_lines, 1):
+        raw = raw[:-1] if raw.endswith(b"\n") else raw
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            logger.warning("%s line %d: invalid UTF-8, the bad bytes were replaced by U+FFFD", source, number)
+        yield text[1:] if number == 1 and text.startswith("\ufeff") else text
+
+
+def make_batches(lengths: list[int], max_tokens: int, batch_size: int) -> list[list[int]]:
+    """Indices into `lengths`, longest first, grouped so that a batch holds at most `batch_size`
+    sentences and at most `max_tokens` tokens once padded (a longer sentence is a batch of its own)."""
+    if max_tokens < 1 or batch_size < 1:
+        raise AiaynError(f"--max-tokens and --batch-size must be >= 1, got {max_tokens} and {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and len(batches[-1]) < batch_size and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def _progress_bar(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="sent", disable=not enabled, desc="translating", dynamic_ncols=True)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+__all__ = ["Translator", "check_tokenizer", "decode_lines", "make_batches", "pick_device", "pick_dtype"]

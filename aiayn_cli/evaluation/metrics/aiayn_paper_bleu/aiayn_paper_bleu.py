@@ -1,0 +1,70 @@
+"""Tokenized BLEU with compound splitting: the convention behind the paper's 27.3 / 28.4 BLEU
+(Vaswani et al., 2017, Table 2), as an `evaluate` metric that loads from this folder, with no network.
+
+Both sides are tokenized with the Moses tokenizer and hyphenated compounds are split
+(`gut-aussehende` -> `gut ##AT##-##AT## aussehende`), then BLEU is computed as `multi-bleu.perl`
+does (whitespace tokens, no smoothing). This number depends on the tokenization and is NOT
+comparable with sacreBLEU, nor with the same metric under another tokenizer.
+"""
+
+import evaluate
+import sacrebleu
+import sacremoses
+
+from aiayn_cli.evaluation.metrics import bleu_result, paper_bleu_tokenize, reference_streams, text_features
+
+_DESCRIPTION = """\
+Tokenized BLEU with compound splitting (Moses replace-unicode-punctuation + tokenizer -l LANG,
+##AT##-##AT## compound splitting, multi-bleu), as in tensor2tensor's get_ende_bleu.sh.
+NOT comparable with sacreBLEU."""
+
+_CITATION = """\
+@inproceedings{vaswani2017attention,
+    title = "Attention Is All You Need",
+    author = "Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia",
+    booktitle = "Advances in Neural Information Processing Systems 30",
+    year = "2017",
+    pages = "5998--6008",
+}"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (`list` of `str`): the hypotheses, detokenized.
+    references (`list` of `str`, or `list` of `list` of `str`): for each prediction, its reference
+        or its references (the same number for every prediction), detokenized.
+    lang (`str`): language of the text, for the Moses tokenizer (e.g. 'de').
+    width (`int`): decimals in `formatted`. Defaults to 2.
+Returns:
+    name, score (0-100), counts, totals, precisions, bp, sys_len, ref_len, signature, verbose,
+    formatted, note.
+"""
+
+NAME = "tokenized BLEU"
+NOTE = "tokenized BLEU with compound splitting, the paper's convention: NOT comparable with sacreBLEU"
+
+
+class AiaynPaperBleu(evaluate.Metric):
+    __doc__ = _DESCRIPTION + "\n" + _KWARGS_DESCRIPTION
+
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=text_features(),
+            codebase_urls=["https://github.com/moses-smt/mosesdecoder", "https://github.com/hplt-project/sacremoses"],
+            reference_urls=["https://arxiv.org/abs/1706.03762"],
+        )
+
+    def _compute(self, predictions, references, lang, width=2):
+        hypotheses = [paper_bleu_tokenize(line, lang) for line in predictions]
+        streams = [[paper_bleu_tokenize(line, lang) for line in stream] for stream in reference_streams(references)]
+        # multi-bleu.perl: split on whitespace, no smoothing, closest reference length.
+        bleu = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True)
+        result = bleu.corpus_score(hypotheses, streams)
+        result.name = NAME
+        signature = bleu.get_signature()
+        signature.update("tok", f"moses-{lang}+atat")
+        signature.update("sacremoses", sacremoses.__version__)
+        signature = str(signature)
+        return {**bleu_result(result, signature, width), "note": NOTE}

@@ -1,0 +1,239 @@
+"""Sharing a trained model on the Hugging Face Hub: the folder, its model card, the upload.
+
+`stage_folder` writes exactly what is uploaded: the weights (safetensors), config.json with
+`auto_map` and the modeling code (so it loads with `trust_remote_code=True` anywhere),
+generation_config.json (the paper's decoding), the tokenizer, the training recipe, the learning
+curve and a model card (README.md) whose YAML metadata the Hub reads. `push_folder` uploads it
+through `huggingface_hub`. The token comes from `--token`, `HF_TOKEN` or the saved login, and
+is never printed: every error message is scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import AiaynError
+
+CITATION = """@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {30},
+  year      = {2017}
+}"""
+
+RECIPE_NAMES = ("recipe.yaml",)
+CURVE_NAMES = ("learning_curve.png",)
+
+
+@dataclass
+class CardInfo:
+    """What the model card says beyond the model itself; found beside the model when not given."""
+
+    repo_id: str
+    source_lang: str | None = None
+    target_lang: str | None = None
+    license: str = "apache-2.0"
+    datasets: list[str] = field(default_factory=list)
+    recipe: Path | None = None
+    learning_curve: Path | None = None
+    evaluation: dict | None = None  # the JSON written by `aiayn evaluate --json`
+    evaluation_split: str | None = None
+
+
+def find_beside(model_dir: Path, names: tuple[str, ...]) -> Path | None:
+    """The first of `names` in the model folder or in the run folder above it (checkpoints live there)."""
+    for folder in (model_dir, model_dir.parent):
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def load_for_staging(model_dir: Path):
+    """The model and tokenizer of a folder written by `aiayn train` / `aiayn average` (or any aiayn folder)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .. import AiaynForConditionalGeneration  # registers the auto classes
+
+    if not (model_dir / "config.json").is_file():
+        raise AiaynError(f"{model_dir}: not a model folder (no config.json)")
+    if not any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise AiaynError(f"{model_dir}: no tokenizer files (tokenizer.json); save the tokenizer beside the model")
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as err:
+        raise AiaynError(f"{model_dir}: cannot load the model: {_first_line(err)}") from None
+    if not isinstance(model, AiaynForConditionalGeneration):
+        raise AiaynError(f"{model_dir}: holds a {type(model).__name__}, not an aiayn model")
+    if len(tokenizer) != model.config.vocab_size:
+        raise AiaynError(
+            f"{model_dir}: the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
+            f"{model.config.vocab_size}"
+        )
+    return model, tokenizer
+
+
+def model_card(model, info: CardInfo) -> str:
+    """README.md: YAML metadata for the Hub, then what the model is, how it was trained, how to use it."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    config = model.config
+    languages = [lang for lang in (info.source_lang, info.target_lang) if lang]
+    eval_results, signatures = [], []
+    scores = (info.evaluation or {}).get("scores", {})
+    for key, metric_type in (("sacrebleu", "sacrebleu"), ("chrf", "chrf"), ("ter", "ter")):
+        if key in scores:
+            eval_results.append(EvalResult(
+                task_type="translation",
+                dataset_type=info.datasets[0] if info.datasets else "custom",
+                dataset_name=info.datasets[0] if info.datasets else "custom",
+                dataset_split=info.evaluation_split,
+                metric_type=metric_type,
+                metric_value=round(float(scores[key]["score"]), 2),
+                metric_config=scores[key].get("signature"),
+            ))
+            signatures.append(f"| {metric_type} | {float(scores[key]['score']):.2f} | `{scores[key].get('signature', '')}` |")
+    data = ModelCardData(
+        language=languages or None,
+        license=info.license,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "transformer", "aiayn", "attention-is-all-you-need", "custom_code"],
+        datasets=info.datasets or None,
+        metrics=["sacrebleu", "chrf", "ter"] if eval_results else None,
+        model_name=info.repo_id.split("/")[-1],
+        eval_results=eval_results or None,
+    )
+    pair = f"{info.source_lang}→{info.target_lang}" if languages else "translation"
+    sections = [
+        f"---\n{data.to_yaml()}\n---",
+        f"# {info.repo_id.split('/')[-1]}",
+        f"A {pair} Transformer as in *Attention Is All You Need* (Vaswani et al., 2017), trained with "
+        "[aiayn](https://pypi.org/project/aiayn-cli/): post-LN encoder-decoder, sinusoidal positions, "
+        "embeddings scaled by √d_model, one matrix shared by both embeddings and the pre-softmax projection.",
+        "| d_model | d_ff | h | N (enc/dec) | P_drop | vocabulary | parameters |\n|---|---|---|---|---|---|---|\n"
+        f"| {config.d_model} | {config.d_ff} | {config.num_heads} | {config.num_encoder_layers}/"
+        f"{config.num_decoder_layers} | {config.dropout} | {config.vocab_size} | {model.num_parameters():,} |",
+    ]
+    if signatures:
+        sections.append("## Results\n\n| metric | score | signature |\n|---|---|---|\n" + "\n".join(signatures))
+    sections.append(
+        "## Usage\n\nFrom the shell (beam 4, GNMT length penalty α = 0.6, max length = input + 50, as in §6.1):\n\n"
+        f"```bash\npip install aiayn-cli\necho \"A sentence to translate.\" | aiayn translate --model {info.repo_id}\n```\n\n"
+        "From Python:\n\n"
+        "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline\n\n"
+        f"tokenizer = AutoTokenizer.from_pretrained(\"{info.repo_id}\", trust_remote_code=True)\n"
+        f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{info.repo_id}\", trust_remote_code=True)\n"
+        "inputs = tokenizer([\"A sentence to translate.\"], return_tensors=\"pt\")\n"
+        "print(tokenizer.batch_decode(model.generate(**inputs), skip_special_tokens=True))\n\n"
+        f"translator = pipeline(\"translation\", model=\"{info.repo_id}\", trust_remote_code=True)\n```\n\n"
+        "`trust_remote_code=True` lets transformers read this model's code (`modeling_aiayn.py`); the tokenizer "
+        "needs it too only because transformers reads the model's config to find the tokenizer.\n\n"
+        "`generate()` applies transformers' length penalty |Y|^α; `aiayn translate` applies the paper's "
+        "((5 + |Y|) / 6)^α (see `generation_config.json`)."
+    )
+    if info.recipe is not None:
+        sections.append(f"## Training recipe\n\n```yaml\n{info.recipe.read_text(encoding='utf-8').strip()}\n```")
+    if info.learning_curve is not None:
+        sections.append(f"## Learning curve\n\n![learning curve]({info.learning_curve.name})")
+    sections.append(f"## Citation\n\n```bibtex\n{CITATION}\n```")
+    return "\n\n".join(sections) + "\n"
+
+
+def languages_from_recipe(recipe: Path | None) -> tuple[str | None, str | None, list[str]]:
+    """Source and target languages and dataset names from a saved recipe.yaml, where it has them."""
+    if recipe is None:
+        return None, None, []
+    try:
+        data = (yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}).get("data", {}) or {}
+    except yaml.YAMLError as err:
+        raise AiaynError(f"{recipe}: not valid YAML: {_first_line(err)}") from None
+    dataset = data.get("dataset")
+    datasets = [dataset] if isinstance(dataset, str) and not Path(dataset).exists() else []
+    return data.get("source_lang"), data.get("target_lang"), datasets
+
+
+def stage_folder(model_dir: str | Path, output_dir: str | Path, info: CardInfo) -> list[Path]:
+    """Write the exact folder that `push` uploads into `output_dir` (atomically); return its files."""
+    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    if not model_dir.is_dir():
+        raise AiaynError(f"{model_dir}: no such model folder")
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise AiaynError(f"{output_dir}: exists and is not empty; choose another --output-dir or remove it")
+    model, tokenizer = load_for_staging(model_dir)
+    info.recipe = info.recipe or find_beside(model_dir, RECIPE_NAMES)
+    info.learning_curve = info.learning_curve or find_beside(model_dir, CURVE_NAMES)
+    source, target, datasets = languages_from_recipe(info.recipe)
+    info.source_lang, info.target_lang = info.source_lang or source, info.target_lang or target
+    info.datasets = info.datasets or datasets
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        model.save_pretrained(staging)  # weights, config.json + auto_map + code, generation_config.json
+        tokenizer.save_pretrained(staging)
+        for extra in (info.recipe, info.learning_curve):
+            if extra is not None:
+                shutil.copy2(extra, staging / extra.name)
+        if info.evaluation is not None:
+            (staging / "eval_results.json").write_text(json.dumps(info.evaluation, indent=2) + "\n", encoding="utf-8")
+        (staging / "README.md").write_text(model_card(model, info), encoding="utf-8")
+        if output_dir.exists():
+            output_dir.rmdir()
+        staging.rename(output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return sorted(p for p in output_dir.rglob("*") if p.is_file())
+
+
+def push_folder(folder: Path, repo_id: str, *, token: str | None = None, private: bool = False,
+                revision: str | None = None, commit_message: str | None = None) -> str:
+    """Create the repository if needed and upload `folder`; returns the commit URL."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
+
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        commit = api.upload_folder(
+            folder_path=folder, repo_id=repo_id, revision=revision,
+            commit_message=commit_message or f"Upload {repo_id.split('/')[-1]} with aiayn",
+        )
+    except LocalTokenNotFoundError:
+        raise AiaynError("no Hugging Face token: pass --token, set HF_TOKEN, or run `hf auth login`") from None
+    except HFValidationError as err:
+        raise AiaynError(f"--repo-id {repo_id!r}: {_scrub(_first_line(err), token)}") from None
+    except HfHubHTTPError as err:
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        hint = {401: "the token is invalid or expired", 403: f"the token may not write to {repo_id}",
+                404: f"{repo_id} or revision {revision!r} not found"}.get(status, "the Hub refused the upload")
+        raise AiaynError(f"push to {repo_id} failed ({status}): {hint}") from None
+    except (OSError, ConnectionError) as err:  # DNS, refused connection, timeouts, offline mode
+        raise AiaynError(f"cannot reach the Hugging Face Hub: {_scrub(_first_line(err), token)}") from None
+    except Exception as err:  # httpx transport errors and the like: one line, never the token
+        raise AiaynError(f"push to {repo_id} failed: {_scrub(f'{type(err).__name__}: {_first_line(err)}', token)}") from None
+    return str(getattr(commit, "commit_url", commit))
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _scrub(message: str, token: str | None) -> str:
+    return message.replace(token, "***") if token else message
+
+
+__all__ = ["CardInfo", "model_card", "push_folder", "stage_folder"]

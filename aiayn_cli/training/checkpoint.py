@@ -1,0 +1,193 @@
+"""Checkpoints: Hub-format folders plus the training state, written atomically; averaging (§6.1).
+
+A checkpoint is a folder `checkpoint-<step>/` that `from_pretrained` loads as it is:
+
+    model.safetensors, config.json, generation_config.json   the model (`save_pretrained`)
+    tokenizer.json, tokenizer_config.json, ...               the tokenizer (`save_pretrained`)
+    training_state/                                          `accelerator.save_state`: optimizer,
+                                                             scheduler, RNG states of every process
+    trainer_state.json                                       step, data position, best metric, ...
+
+It is written as `checkpoint-<step>.tmp/` and renamed when complete (`trainer_state.json` is
+written last), so a kill at any moment leaves every earlier checkpoint whole; names with a
+suffix (`.tmp`, `.old`) are never loaded and are cleaned up by the next run.
+
+"[...] for the base models, we used a single model obtained by averaging the last 5
+checkpoints, which were written at 10-minute intervals. For the big models, we averaged the
+last 20 checkpoints." (§6.1) -- `average_checkpoints`, `write_averaged_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..errors import AiaynError
+from ..files import replace_dir
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+TRAINER_STATE = "trainer_state.json"
+TRAINING_STATE_DIR = "training_state"
+_NOT_COPIED = {TRAINER_STATE, TRAINING_STATE_DIR, "model.safetensors", "model.safetensors.index.json"}
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step of a complete checkpoint folder's name (`checkpoint-1200` -> 1200), else None."""
+    match = CHECKPOINT_PATTERN.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """Complete checkpoints in `output_dir`, oldest first (temporary or half-deleted ones excluded)."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [
+        p for p in output_dir.iterdir()
+        if p.is_dir() and checkpoint_step(p) is not None and (p / TRAINER_STATE).is_file()
+    ]
+    return sorted(found, key=checkpoint_step)
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def remove_incomplete(output_dir: str | os.PathLike) -> list[Path]:
+    """Delete what a killed run left half-written (`checkpoint-*.tmp`, `checkpoint-*.old`)."""
+    removed = []
+    for path in Path(output_dir).glob("checkpoint-*.*"):
+        if path.is_dir() and path.suffix in (".tmp", ".old"):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def read_trainer_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
+    path = Path(checkpoint) / TRAINER_STATE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise AiaynError(f"{path}: not a readable checkpoint state ({err})") from None
+
+
+def save_checkpoint(accelerator, model, tokenizer, trainer_state: dict[str, Any], output_dir: Path) -> Path:
+    """Write `checkpoint-<step>/` atomically; every process must call this (it saves their RNG states).
+
+    Args:
+        accelerator (`accelerate.Accelerator`): the run's accelerator (the model and optimizer prepared).
+        model: the prepared model. tokenizer: saved beside it.
+        trainer_state (`dict`): must hold "step"; written last, as `trainer_state.json`.
+    """
+    final = output_dir / f"checkpoint-{trainer_state['step']}"
+    tmp = final.with_name(final.name + ".tmp")
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    # 1. The training state: model, optimizer, registered objects, RNG of every process.
+    accelerator.save_state(str(tmp / TRAINING_STATE_DIR))
+    # 2. The Hub-format model and tokenizer (the full state dict is gathered on every process).
+    state_dict = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(model).save_pretrained(tmp, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp)
+        _write_json(tmp / TRAINER_STATE, trainer_state)
+        # 3. The rename: before it the checkpoint does not exist, after it it is complete.
+        replace_dir(tmp, final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def rotate_checkpoints(output_dir: Path, keep_last: int, keep: Path | None = None) -> list[Path]:
+    """Delete all but the `keep_last` newest checkpoints, and never `keep` (the best one)."""
+    checkpoints = list_checkpoints(output_dir)
+    doomed = [p for p in checkpoints[: max(len(checkpoints) - keep_last, 0)]
+              if keep is None or p.resolve() != Path(keep).resolve()]
+    for path in doomed:
+        old = path.with_name(path.name + ".old")  # a rename first: never a half-deleted "complete" folder
+        os.replace(path, old)
+        shutil.rmtree(old, ignore_errors=True)
+    return doomed
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6.1 Checkpoint averaging
+# ---------------------------------------------------------------------------------------------
+
+
+def load_weights(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The saved tensors of a Hub-format folder (`model.safetensors`, or its shards)."""
+    folder = Path(checkpoint)
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(single)
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weights: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            weights.update(load_file(folder / shard))
+        return weights
+    raise AiaynError(f"{folder}: no model.safetensors (not a saved model folder)")
+
+
+def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the checkpoints' weights, accumulated in float64, in the original dtypes."""
+    if not paths:
+        raise AiaynError("average: no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        weights = load_weights(path)
+        if total and set(weights) != set(total):
+            missing = sorted(set(total) ^ set(weights))[0]
+            raise AiaynError(f"average: {path} does not hold the same tensors as {paths[0]} (e.g. '{missing}')")
+        for name, tensor in weights.items():
+            if name not in total:
+                total[name], dtypes[name] = tensor.to(torch.float64), tensor.dtype
+            elif tensor.shape != total[name].shape:
+                raise AiaynError(
+                    f"average: '{name}' has shape {tuple(tensor.shape)} in {path} but {tuple(total[name].shape)} "
+                    f"in {paths[0]}"
+                )
+            else:
+                total[name] += tensor.to(torch.float64)
+    return {name: (tensor / len(paths)).to(dtypes[name]).contiguous() for name, tensor in total.items()}
+
+
+def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.PathLike) -> Path:
+    """Average `paths` into a new Hub-format folder `output` (configs and tokenizer from the newest)."""
+    paths = [Path(p) for p in paths]
+    averaged = average_checkpoints(paths)
+    output = Path(output)
+    tmp = output.with_name(output.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for item in paths[-1].iterdir():  # config.json, generation_config.json, tokenizer files, model code
+        if item.name not in _NOT_COPIED and not item.name.startswith("model-") and item.is_file():
+            shutil.copy2(item, tmp / item.name)
+    save_file(averaged, tmp / "model.safetensors", metadata={"format": "pt"})
+    _write_json(tmp / "averaged_from.json", {"checkpoints": [str(p) for p in paths]})
+    replace_dir(tmp, output)
+    return output
+
+
+__all__ = [
+    "average_checkpoints", "checkpoint_step", "latest_checkpoint", "list_checkpoints", "load_weights",
+    "read_trainer_state", "remove_incomplete", "rotate_checkpoints", "save_checkpoint",
+    "write_averaged_checkpoint",
+]

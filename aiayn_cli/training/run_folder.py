@@ -1,0 +1,141 @@
+"""The output folder of a training run: what it holds, whether a new run may use it, where to resume.
+
+    OUTPUT/
+        recipe.yaml            the resolved recipe (written before the first step)
+        metrics.jsonl          one JSON record per log line and per validation
+        logs/                  accelerate's trackers (TensorBoard, ...)
+        checkpoint-<step>/     the last `keep_last` checkpoints and the best one
+        averaged/              the mean of the last `average_last` checkpoints (§6.1), at the end
+        learning_curve.png     train and validation loss, validation BLEU, at the end
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import latest_checkpoint, read_trainer_state
+from ..errors import AiaynError
+from .recipe import TrainRecipe, load_recipe, recipe_differences
+
+RECIPE_FILE = "recipe.yaml"
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass
+class TrainState:
+    """Where a run is; saved as `trainer_state.json` in every checkpoint."""
+
+    step: int = 0
+    """Optimizer updates done."""
+    epoch: int = 0
+    """The epoch the next batch comes from."""
+    batch_in_epoch: int = 0
+    """The next batch of this epoch, in each process's shard."""
+    train_seconds: float = 0.0
+    """Wall time of the training loop, over all resumes."""
+    cpu_seconds: float = 0.0
+    """CPU time of the main process in the training loop, over all resumes (all its threads)."""
+    target_tokens: int = 0
+    """Non-pad target tokens trained on, all processes."""
+    source_tokens: int = 0
+    """Non-pad source tokens trained on, all processes."""
+    best_metric: float | None = None
+    best_step: int | None = None
+    bad_validations: int = 0
+    """Validations since the last improvement (early stopping)."""
+    last_valid: dict[str, float] = field(default_factory=dict)
+    num_processes: int = 1
+    tokenizer_hash: str = ""
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Path) -> "TrainState":
+        data = read_trainer_state(checkpoint)
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prepare_output_dir(recipe: TrainRecipe, resume: str | os.PathLike | None = None) -> Path | None:
+    """Check that the run may use `recipe.output_dir`; the checkpoint to resume from, if any.
+
+    Args:
+        resume: a checkpoint folder to continue from; None: the newest checkpoint of the output
+            folder when it holds this run (the same recipe, up to `RESUMABLE_CHANGES`), else a new run.
+
+    Raises:
+        AiaynError: the output folder holds a different run or files of something else, or `resume`
+            is not a complete checkpoint of this run.
+    """
+    output = Path(recipe.output_dir)
+    _check_same_run(output, recipe, "output folder", "choose another --output-dir")
+    if not (output / RECIPE_FILE).is_file() and output.is_dir() and any(output.iterdir()):
+        raise AiaynError(f"output folder {output} is not empty and holds no aiayn run ({RECIPE_FILE} is missing); "
+                         "choose a new or empty --output-dir")
+    if resume is None:
+        return latest_checkpoint(output)
+    checkpoint = Path(resume)
+    if not (checkpoint / "trainer_state.json").is_file():
+        raise AiaynError(f"--resume {resume}: not a complete checkpoint (no trainer_state.json)")
+    _check_same_run(checkpoint.parent, recipe, "--resume: the run of", "resume with its own recipe")
+    return checkpoint
+
+
+def _check_same_run(folder: Path, recipe: TrainRecipe, what: str, advice: str) -> None:
+    saved = folder / RECIPE_FILE
+    if not saved.is_file():
+        return
+    try:
+        previous = load_recipe(saved)
+    except AiaynError as err:
+        raise AiaynError(f"{what} {folder} holds a recipe that does not load ({err})") from None
+    differences = recipe_differences(previous, recipe)
+    if differences:
+        shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
+        raise AiaynError(f"{what} {folder} holds a different run ({shown}); {advice}")
+
+
+def check_resumable(state: TrainState, checkpoint: Path, num_processes: int, tokenizer_hash: str) -> None:
+    """The data position is per process, and the vocabulary must be the one trained with."""
+    if state.num_processes != num_processes:
+        raise AiaynError(f"{checkpoint} was written by {state.num_processes} process(es); resume it with the same "
+                         f"number (now {num_processes})")
+    if state.tokenizer_hash and state.tokenizer_hash != tokenizer_hash:
+        raise AiaynError(f"{checkpoint} was trained with another tokenizer than the one given; use the run's own "
+                         f"tokenizer (it is saved in the checkpoint folder)")
+
+
+class MetricsLog:
+    """`metrics.jsonl`: appended line by line; on resume, records after the checkpoint's step are dropped."""
+
+    def __init__(self, output_dir: Path, resume_step: int | None, enabled: bool = True):
+        self.path = output_dir / METRICS_FILE
+        self.enabled = enabled
+        if not enabled:
+            return
+        if resume_step is None:
+            self.path.unlink(missing_ok=True)
+        elif self.path.is_file():
+            kept = []
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    if json.loads(line).get("step", 0) <= resume_step:
+                        kept.append(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by a kill
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            os.replace(tmp, self.path)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.enabled:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+__all__ = ["METRICS_FILE", "MetricsLog", "RECIPE_FILE", "TrainState", "check_resumable", "prepare_output_dir"]

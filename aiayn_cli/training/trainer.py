@@ -1,0 +1,265 @@
+"""`aiayn train`: the paper's training recipe (§5) on accelerate, from one CPU to many GPUs.
+
+One `Accelerator` runs the loop: `accelerate launch` (or `accelerate config`) decides the
+processes, devices, DDP/FSDP and mixed precision; a recipe only sets mixed precision when it asks
+for it explicitly. The loop, phase by phase:
+
+1. the output folder (a new run, or the checkpoint to resume: by default the newest one of this
+   run), the tokenizer checked against the model, the accelerator;
+2. the tokenizer, the model (its vocabulary checked against the tokenizer), the data in
+   token-count batches, each process reading its own shard (§5.1);
+3. Adam(0.9, 0.98, 1e-9) and the learning-rate schedule of equation (3) (§5.3);
+4. every step: `update_freq` batches; the non-pad target tokens of all of them on all processes
+   are counted first, so that the label-smoothed loss (§5.4) is a sum divided by that global
+   count -- every token weighs the same, whatever the batch shapes and the number of processes;
+5. validation (loss, perplexity, BLEU on a fixed sample), checkpoints (every N steps and/or M
+   minutes, and at every new best), logs, until max_steps / max_epochs / max_time / early stop;
+6. at the end: a last checkpoint, the average of the last checkpoints (§6.1), the learning curve.
+
+Exact resume: a checkpoint holds the model, Adam, the schedule, the RNG states (accelerate's
+`save_state`), the step and the data position (epoch, batch). Dropout does not depend on the
+RNG's history either: before each batch the RNG is seeded from (seed, step, the batch's index in
+the global batch), as fairseq seeds from (seed, step). So a resumed run, and a run with the same
+global batch spread over another number of processes, draws the same dropout masks.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import xxhash
+from torch.utils.data import DataLoader
+
+from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
+from .checkpoint import TRAINING_STATE_DIR, list_checkpoints, remove_incomplete
+from ..data.corpus import load_split
+from ..errors import AiaynError
+from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from .curves import plot_learning_curve, read_metrics
+from .recipe import TrainRecipe, save_recipe
+from .run_folder import RECIPE_FILE, MetricsLog, TrainState, check_resumable, prepare_output_dir
+from .schedule import build_scheduler
+from .loop import Run, micro_batch_seed
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports."""
+
+    output_dir: Path
+    step: int
+    epoch: int
+    train_seconds: float
+    cpu_seconds: float  # of the main process, all its threads, in the loop
+    tokens_per_second: float  # non-pad source + target tokens per second of training loop, all processes
+    stopped_by: str
+    last_checkpoint: Path | None = None
+    best_checkpoint: Path | None = None
+    best_metric: float | None = None
+    averaged: Path | None = None
+    last_valid: dict[str, float] = field(default_factory=dict)
+    averaged_valid: dict[str, float] = field(default_factory=dict)
+    is_main_process: bool = True  # under `accelerate launch`, only the main process reports
+
+
+def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: bool = True) -> TrainResult:
+    """Train a model as `recipe` says.
+
+    Args:
+        resume: a checkpoint folder to continue from; None: the newest checkpoint in the output
+            folder if it holds this run (so that re-running a killed command continues it), else a new run.
+    """
+    # 1. The output folder (a new run, or the checkpoint to resume), the tokenizer against the model:
+    #    user mistakes surface before anything heavy starts. Then the accelerator.
+    output = Path(recipe.output_dir)
+    checkpoint = prepare_output_dir(recipe, resume)
+    tokenizer = load_tokenizer(recipe.tokenizer)
+    config = recipe.model.to_config(vocab_size=check_vocabulary(tokenizer, recipe))
+    accelerator = make_accelerator(recipe)
+    main = accelerator.is_main_process
+
+    # 2. Model and data.
+    torch.manual_seed(recipe.seed)
+    random.seed(recipe.seed)
+    model = AiaynForConditionalGeneration(config)
+    data = load_data(recipe, tokenizer, accelerator)
+
+    # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
+    optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
+    # foreach: a few kernels over all tensors. Not `fused`: its in-place updates do not advance the
+    # parameters' version counters, by which the validation decoder knows its prepared weights are stale.
+    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=tuple(recipe.adam_betas), eps=recipe.adam_eps,
+                                weight_decay=recipe.weight_decay, foreach=True)
+    scheduler = build_scheduler(optimizer, recipe.lr_schedule, config.d_model, recipe.warmup_steps,
+                                lr_scale=recipe.lr_scale, peak_lr=recipe.lr, warmup_init_lr=recipe.warmup_init_lr)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)  # stepped by us: once per optimizer update
+
+    # 4. Resume, or start: the training state and the run's files.
+    state = TrainState(num_processes=accelerator.num_processes, tokenizer_hash=tokenizer_hash(tokenizer))
+    if checkpoint is not None:
+        state = TrainState.from_checkpoint(checkpoint)
+        check_resumable(state, checkpoint, accelerator.num_processes, tokenizer_hash(tokenizer))
+        accelerator.load_state(str(checkpoint / TRAINING_STATE_DIR))
+        _echo(accelerator, f"resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
+    if main:
+        output.mkdir(parents=True, exist_ok=True)
+        remove_incomplete(output)
+        save_recipe(recipe, output / RECIPE_FILE)
+    accelerator.wait_for_everyone()
+    metrics = MetricsLog(output, state.step if checkpoint is not None else None, enabled=main)
+    accelerator.init_trackers("aiayn", config=_flat(recipe.to_dict()))
+    forward_model = torch.compile(model, dynamic=True) if recipe.compile else model
+
+    run = Run(recipe, accelerator, model, forward_model, optimizer, scheduler, tokenizer, data, state, metrics)
+    stopped_by = run.loop(show_progress and main)
+
+    # 6. The end: the last checkpoint, the average of the last ones (§6.1), the learning curve.
+    averaged, averaged_valid = None, {}
+    if recipe.average_last:
+        averaged, averaged_valid = run.average(recipe.average_last)
+    if main:
+        plot_learning_curve(read_metrics(metrics.path), output / "learning_curve.png", title=str(output))
+    accelerator.end_training()
+    checkpoints = list_checkpoints(output)
+    return TrainResult(
+        output_dir=output, step=state.step, epoch=state.epoch, train_seconds=state.train_seconds,
+        cpu_seconds=state.cpu_seconds,
+        tokens_per_second=(state.source_tokens + state.target_tokens) / max(state.train_seconds, 1e-9),
+        stopped_by=stopped_by, last_checkpoint=checkpoints[-1] if checkpoints else None,
+        best_checkpoint=output / f"checkpoint-{state.best_step}" if state.best_step else None,
+        best_metric=state.best_metric, averaged=averaged, last_valid=state.last_valid,
+        averaged_valid=averaged_valid, is_main_process=main,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------------------------
+
+
+def make_accelerator(recipe: TrainRecipe):
+    """One `Accelerator` for the run; `accelerate launch` / `accelerate config` decide the rest."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration, is_wandb_available
+
+    if "wandb" in recipe.trackers and not is_wandb_available():
+        raise AiaynError("trackers: wandb is not installed (pip install wandb), or leave it out of trackers")
+    project = ProjectConfiguration(project_dir=recipe.output_dir, logging_dir=str(Path(recipe.output_dir) / "logs"))
+    precision = {"mixed_precision": recipe.mixed_precision} if recipe.mixed_precision is not None else {}
+    try:
+        return Accelerator(log_with=list(recipe.trackers) or None, project_config=project,
+                           step_scheduler_with_optimizer=False, **precision)
+    except ValueError as err:  # e.g. fp16 where the device has none
+        raise AiaynError(f"accelerate: {str(err).strip().splitlines()[0]}") from None
+
+
+def load_tokenizer(path: str):
+    """The tokenizer of `aiayn train-tokenizer` (a folder, or a Hub id)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise AiaynError(f"cannot load the tokenizer {path}: {first}") from None
+
+
+def check_vocabulary(tokenizer, recipe: TrainRecipe) -> int:
+    """The vocabulary size, after checking the tokenizer against the model's size and special ids."""
+    size = len(tokenizer)
+    if recipe.model.vocab_size is not None and recipe.model.vocab_size != size:
+        raise AiaynError(f"the tokenizer {recipe.tokenizer} has {size} tokens but model.vocab_size is "
+                         f"{recipe.model.vocab_size}; drop vocab_size from the recipe or use the matching tokenizer")
+    for name, expected in (("pad", 0), ("bos", 1), ("eos", 2)):
+        got = getattr(tokenizer, f"{name}_token_id")
+        wrong = got != expected if got is not None or name != "bos" else False  # a tokenizer may have no <s>
+        if wrong:
+            raise AiaynError(f"the tokenizer {recipe.tokenizer} has {name} id {got}, but the model expects "
+                             f"{expected} (<pad>=0 <s>=1 </s>=2): make it with `aiayn train-tokenizer`")
+    return size
+
+
+def tokenizer_hash(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return xxhash.xxh3_64_hexdigest(backend.to_str().encode()) if backend is not None else ""
+
+
+@dataclass
+class _Data:
+    train: Any  # the tokenized training split
+    train_loader: DataLoader
+    train_sampler: TokenBatchSampler
+    valid_loader: DataLoader | None
+    bleu_sources: list[str]
+    bleu_references: list[str]
+
+
+def load_data(recipe: TrainRecipe, tokenizer, accelerator) -> _Data:
+    """Tokenized splits (the main process first, the others read its cache) and this process's loaders."""
+    collate = Seq2SeqCollator(tokenizer.pad_token_id)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    with accelerator.main_process_first():
+        train_raw = load_split(recipe.data, recipe.train_split)
+        train = tokenize_split(train_raw, tokenizer, max_length=recipe.max_length, num_proc=recipe.num_proc)
+        valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
+        valid = tokenize_split(valid_raw, tokenizer, num_proc=recipe.num_proc) if valid_raw is not None else None
+    if accelerator.is_main_process:
+        _echo(accelerator, str(train_raw.cleaning_report) + f"; {train.num_too_long} longer than "
+              f"{recipe.max_length} subword tokens dropped")
+    sampler = TokenBatchSampler.from_dataset(train, recipe.max_tokens, shuffle=True, seed=recipe.seed,
+                                             num_replicas=world, rank=rank)
+    # A generator of its own: iterating the loader never touches the global RNG.
+    train_loader = DataLoader(train, batch_sampler=sampler, collate_fn=collate,
+                              generator=torch.Generator().manual_seed(recipe.seed))
+    valid_loader, sources, references = None, [], []
+    if valid is not None:
+        longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
+        valid_sampler = TokenBatchSampler.from_dataset(
+            valid, max(recipe.valid_max_tokens or recipe.max_tokens, longest), shuffle=False,
+            num_replicas=world, rank=rank)
+        valid_loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=collate)
+        indices = range(len(valid_raw))
+        if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
+            indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
+        sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
+        references = [valid_raw[i]["target"] for i in indices] if sources else []
+    return _Data(train, train_loader, sampler, valid_loader, sources, references)
+
+
+def quiet_libraries() -> None:
+    """Only the run's own progress bar and lines: no per-save bars or notes from the libraries."""
+    import logging
+
+    import datasets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.utils.logging.disable_progress_bar()
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
+
+
+def _flat(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys and scalar values, as trackers want their hyperparameters."""
+    flat = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    return flat
+
+
+def _echo(accelerator, message: str) -> None:
+    if accelerator.is_main_process:
+        print(message, file=sys.stderr, flush=True)
+
+
+__all__ = ["TrainResult", "check_vocabulary", "load_data", "load_tokenizer", "make_accelerator",
+           "micro_batch_seed", "quiet_libraries", "train"]

@@ -1,0 +1,76 @@
+"""Validation during training: loss and perplexity over the validation split, BLEU on a fixed sample.
+
+Every process validates its own shard; the sums are reduced over processes, the translations
+gathered, and sacreBLEU is computed once on the detokenized hypotheses against the raw
+references.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import sacrebleu
+import torch
+
+from .loss import label_smoothed_cross_entropy
+from ..model.modeling_aiayn import shift_tokens_right
+
+
+@torch.no_grad()
+def validation_loss(model, batches: Iterable[dict], accelerator, epsilon: float) -> dict[str, float]:
+    """Label-smoothed loss, nll and perplexity per target token over all processes' batches.
+
+    Args:
+        model: the unwrapped model (no collective calls: processes may hold different numbers of batches).
+        batches: this process's collated validation batches.
+    """
+    was_training = model.training
+    model.eval()
+    config = model.config
+    sums = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # loss, nll, ntokens
+    for batch in batches:
+        batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+        decoder_input_ids = shift_tokens_right(batch["labels"], config.pad_token_id, config.decoder_start_token_id)
+        with accelerator.autocast():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           decoder_input_ids=decoder_input_ids, use_cache=False).logits
+        out = label_smoothed_cross_entropy(logits, batch["labels"], epsilon, config.pad_token_id)
+        sums += torch.stack([out.loss.double(), out.nll.double(), out.ntokens.double()])
+    model.train(was_training)
+    loss, nll, ntokens = accelerator.reduce(sums, reduction="sum").tolist()
+    ntokens = max(ntokens, 1.0)
+    return {"valid/loss": loss / ntokens, "valid/nll": nll / ntokens, "valid/ppl": math.exp(min(nll / ntokens, 50))}
+
+
+def translate_sample(model, tokenizer, sources: list[str], beam_size: int = 1, max_tokens: int = 4096) -> list[str]:
+    """Translate `sources` with the project's decoder (`aiayn translate`'s); detokenized hypotheses.
+
+    The one place validation decodes: greedy (`beam_size` 1) or the paper's beam search with the
+    model's length penalty and maximum length (§6.1), batches of at most `max_tokens` source tokens.
+    The model is left in the mode it was in.
+    """
+    from ..decoding.translator import Translator
+
+    was_training = model.training
+    try:
+        translator = Translator(model, tokenizer, device=next(model.parameters()).device)
+        return translator.translate(sources, num_beams=beam_size, max_tokens=max_tokens)
+    finally:
+        model.train(was_training)
+
+
+def validation_bleu(model, tokenizer, sources: list[str], references: list[str], accelerator,
+                    beam_size: int = 1, max_tokens: int = 4096) -> tuple[float, list[str]]:
+    """sacreBLEU of the sample, decoded in shards by every process; (BLEU, hypotheses) on every process."""
+    from accelerate.utils import gather_object
+
+    rank, world = accelerator.process_index, accelerator.num_processes
+    mine = list(range(rank, len(sources), world))
+    hypotheses = translate_sample(model, tokenizer, [sources[i] for i in mine], beam_size, max_tokens)
+    pairs = gather_object(list(zip(mine, hypotheses))) if world > 1 else list(zip(mine, hypotheses))
+    ordered = [text for _, text in sorted(pairs)]
+    return sacrebleu.corpus_bleu(ordered, [references]).score, ordered
+
+
+__all__ = ["translate_sample", "validation_bleu", "validation_loss"]
