@@ -57,8 +57,13 @@ def main() -> None:
         decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
         exact = sum(d == s for d, s in zip(decoded, sentences))
         unknown = sum(row.count(tokenizer.unk_token_id) for row in ids)
-        rows.append((f"round trip, validation {side}", f"{exact}/{len(sentences)}",
-                     f"{exact / len(sentences):.4%}, <unk>: {unknown}"))
+        rows.append(
+            (
+                f"round trip, validation {side}",
+                f"{exact}/{len(sentences)}",
+                f"{exact / len(sentences):.4%}, <unk>: {unknown}",
+            )
+        )
 
     backend = tokenizer.backend_tokenizer
     sources, targets = list(train["source"]), list(train["target"])
@@ -69,8 +74,13 @@ def main() -> None:
         backend.encode_batch_fast(targets)
         wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
     reference = len(train) / wall
-    rows.append(("bare tokenizers encode (reference)", f"{len(train)} pairs",
-                 f"{reference:,.0f} pairs/s, {len(train) / cpu:,.0f} per CPU-second"))
+    rows.append(
+        (
+            "bare tokenizers encode (reference)",
+            f"{len(train)} pairs",
+            f"{reference:,.0f} pairs/s, {len(train) / cpu:,.0f} per CPU-second",
+        )
+    )
 
     with tempfile.TemporaryDirectory() as cache:
         wall = cpu = float("inf")
@@ -79,27 +89,47 @@ def main() -> None:
             tokenized = tokenize_split(train, tokenizer, num_proc=args.num_proc, cache_dir=Path(cache) / str(repeat))
             wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
         per_cpu = f", {len(train) / cpu:,.0f} per CPU-second" if (args.num_proc or 1) == 1 else ""
-        rows.append((f"tokenize_split, num_proc={args.num_proc}", f"{len(train)} pairs",
-                     f"{len(train) / wall:,.0f} pairs/s (ratio {len(train) / wall / reference:.2f}){per_cpu}"))
+        rows.append(
+            (
+                f"tokenize_split, num_proc={args.num_proc}",
+                f"{len(train)} pairs",
+                f"{len(train) / wall:,.0f} pairs/s (ratio {len(train) / wall / reference:.2f}){per_cpu}",
+            )
+        )
         start = time.perf_counter()
-        again = tokenize_split(load_split(spec, "train"), tokenizer, num_proc=args.num_proc, cache_dir=Path(cache) / "0")
+        again = tokenize_split(
+            load_split(spec, "train"), tokenizer, num_proc=args.num_proc, cache_dir=Path(cache) / "0"
+        )
         second = time.perf_counter() - start
         reused = again.cache_files[0]["filename"].startswith(str(Path(cache) / "0"))
-        rows.append(("second run (new load_split)", "cache reused" if reused else "NOT reused",
-                     f"{second:.3f} s ({wall / second:.0f}x faster)"))
+        rows.append(
+            (
+                "second run (new load_split)",
+                "cache reused" if reused else "NOT reused",
+                f"{second:.3f} s ({wall / second:.0f}x faster)",
+            )
+        )
 
     src, tgt = tokenized.data.column("src_len").to_numpy(), tokenized.data.column("tgt_len").to_numpy()
     sampler = TokenBatchSampler(src, tgt, max_tokens=args.max_tokens, seed=0)
     batches = list(sampler)
     largest = max(len(b) * int(max(src[b].max(), tgt[b].max())) for b in batches)
-    rows.append((f"token batches, max-tokens {args.max_tokens}", f"{len(batches)} batches",
-                 f"padding {padding_of(batches, src, tgt):.2%}, largest side {largest} tokens"))
+    rows.append(
+        (
+            f"token batches, max-tokens {args.max_tokens}",
+            f"{len(batches)} batches",
+            f"padding {padding_of(batches, src, tgt):.2%}, largest side {largest} tokens",
+        )
+    )
     order = np.random.default_rng(0).permutation(len(src))
-    random64 = [order[i:i + 64] for i in range(0, len(order), 64)]
-    rows.append(("random batches of 64 sentences", f"{len(random64)} batches",
-                 f"padding {padding_of(random64, src, tgt):.2%}"))
+    random64 = [order[i : i + 64] for i in range(0, len(order), 64)]
+    rows.append(
+        ("random batches of 64 sentences", f"{len(random64)} batches", f"padding {padding_of(random64, src, tgt):.2%}")
+    )
 
-    print(f"Multi30k en-de, {os.cpu_count()} CPUs, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}")
+    print(
+        f"Multi30k en-de, {os.cpu_count()} CPUs, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}"
+    )
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))

@@ -39,15 +39,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
 from aiayn_cli.decoding.incremental import PreparedWeights  # noqa: E402
+from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
+from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
 
 DEFAULT_VOCAB = {"small": 10000, "base": 37000}
 
 
-def make_batch(batch: int, vocab: int, min_len: int, max_len: int, seed: int, eos: int, pad: int,
-               low: int) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+def make_batch(
+    batch: int, vocab: int, min_len: int, max_len: int, seed: int, eos: int, pad: int, low: int
+) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
     """Random source sentences (ids in [low, vocab - 1), ending with `eos`), padded on the right."""
     generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_len, max_len + 1, (batch,), generator=generator).tolist()
@@ -76,12 +77,24 @@ def build_marian(dims: str, vocab: int, folder: Path):
 
     p = PRESETS[dims]
     config = MarianConfig(
-        vocab_size=vocab, d_model=p["d_model"], encoder_ffn_dim=p["d_ff"], decoder_ffn_dim=p["d_ff"],
-        encoder_attention_heads=p["num_heads"], decoder_attention_heads=p["num_heads"],
-        encoder_layers=p["num_encoder_layers"], decoder_layers=p["num_decoder_layers"],
-        activation_function="relu", scale_embedding=True, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True, max_position_embeddings=512, pad_token_id=vocab - 1,
-        decoder_start_token_id=vocab - 1, eos_token_id=0, forced_eos_token_id=0, dropout=0.1,
+        vocab_size=vocab,
+        d_model=p["d_model"],
+        encoder_ffn_dim=p["d_ff"],
+        decoder_ffn_dim=p["d_ff"],
+        encoder_attention_heads=p["num_heads"],
+        decoder_attention_heads=p["num_heads"],
+        encoder_layers=p["num_encoder_layers"],
+        decoder_layers=p["num_decoder_layers"],
+        activation_function="relu",
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+        pad_token_id=vocab - 1,
+        decoder_start_token_id=vocab - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        dropout=0.1,
     )
     torch.manual_seed(0)
     model = MarianMTModel(config).eval()
@@ -115,8 +128,9 @@ def build_ctranslate2(folder: Path, vocab: int, threads: int):
 
     out = folder / "ct2"
     Converter(str(folder)).convert(str(out), quantization=None, force=True)
-    return ctranslate2.Translator(str(out), device="cpu", compute_type="float32", intra_threads=threads,
-                                  inter_threads=1)
+    return ctranslate2.Translator(
+        str(out), device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1
+    )
 
 
 def synchronize(device: str) -> None:
@@ -129,8 +143,7 @@ _PREPARED: dict[int, PreparedWeights] = {}
 
 def run_aiayn(model, ids, mask, steps: int, beams: int) -> int:
     """As `aiayn translate` decodes: the projections prepared once per model (by its `Translator`)."""
-    options = DecodingOptions(num_beams=beams, length_penalty=0.6, max_len_a=0, max_len_b=steps - 1,
-                              min_len=steps - 1)
+    options = DecodingOptions(num_beams=beams, length_penalty=0.6, max_len_a=0, max_len_b=steps - 1, min_len=steps - 1)
     if id(model) not in _PREPARED:
         _PREPARED[id(model)] = PreparedWeights(model)
     weights = _PREPARED[id(model)]
@@ -142,17 +155,30 @@ def run_aiayn(model, ids, mask, steps: int, beams: int) -> int:
 
 def run_marian(model, ids, mask, steps: int, beams: int) -> int:
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, num_beams=beams, do_sample=False,
-                             min_new_tokens=steps - 1, max_new_tokens=steps, length_penalty=0.6,
-                             early_stopping=True)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            num_beams=beams,
+            do_sample=False,
+            min_new_tokens=steps - 1,
+            max_new_tokens=steps,
+            length_penalty=0.6,
+            early_stopping=True,
+        )
     assert out.size(1) == steps + 1, out.shape  # decoder start + T tokens
     return steps * ids.size(0)
 
 
 def run_ctranslate2(translator, sentences: list[list[str]], steps: int, beams: int) -> int:
-    results = translator.translate_batch(sentences, beam_size=beams, length_penalty=0.6, max_batch_size=0,
-                                         min_decoding_length=steps, max_decoding_length=steps,
-                                         max_input_length=0)
+    results = translator.translate_batch(
+        sentences,
+        beam_size=beams,
+        length_penalty=0.6,
+        max_batch_size=0,
+        min_decoding_length=steps,
+        max_decoding_length=steps,
+        max_input_length=0,
+    )
     lengths = {len(r.hypotheses[0]) for r in results}
     assert lengths == {steps}, lengths
     return steps * len(sentences)
@@ -175,8 +201,9 @@ def bench(dims: str, vocab: int, batch: int, args, workdir: Path) -> dict:
     ct2_reason = ct2 if isinstance(ct2, str) else None
     # The same source lengths and ids for all systems (each in its own special-id convention).
     ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
-    m_ids, m_mask, m_sentences = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=0,
-                                            pad=vocab - 1, low=4)
+    m_ids, m_mask, m_sentences = make_batch(
+        batch, vocab, args.min_src, args.max_src, args.seed, eos=0, pad=vocab - 1, low=4
+    )
     ct2_sentences = [[f"t{i}" if i != 0 else "</s>" for i in s] for s in m_sentences]
     ids, mask, m_ids, m_mask = (t.to(args.device) for t in (ids, mask, m_ids, m_mask))
     systems = {
@@ -193,8 +220,15 @@ def bench(dims: str, vocab: int, batch: int, args, workdir: Path) -> dict:
         for name, fn in systems.items():
             seconds, tokens[name] = timed(fn, args.device)
             times[name].append(seconds)
-    row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": args.beams, "new_tokens": args.new_tokens,
-           "threads": args.threads, "device": args.device}
+    row = {
+        "dims": dims,
+        "vocab": vocab,
+        "batch": batch,
+        "beams": args.beams,
+        "new_tokens": args.new_tokens,
+        "threads": args.threads,
+        "device": args.device,
+    }
     for name in systems:
         median = statistics.median(times[name])
         row[f"{name}_tok_s"] = tokens[name] / median
@@ -214,8 +248,9 @@ def bench(dims: str, vocab: int, batch: int, args, workdir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dims", nargs="+", default=["small", "base"], choices=sorted(PRESETS))
-    parser.add_argument("--vocab", type=int, default=None,
-                        help="vocabulary size for every dims (default: small 10000, base 37000)")
+    parser.add_argument(
+        "--vocab", type=int, default=None, help="vocabulary size for every dims (default: small 10000, base 37000)"
+    )
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32], help="sentences per batch")
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=30, help="decoder steps per sentence (T)")
@@ -247,15 +282,19 @@ random float32 weights, {args.threads} threads each, on {args.device}; systems a
 tokens/s = sentences x steps / median seconds (encoder included); "paired" = median over repetitions
 of the ratio within the repetition. torch {torch.__version__}.
 """)
-    header = ("| dims | vocab | batch | aiayn tok/s | HF Marian tok/s | CTranslate2 tok/s | aiayn / HF (paired) "
-              "| aiayn / CT2 (paired) |")
+    header = (
+        "| dims | vocab | batch | aiayn tok/s | HF Marian tok/s | CTranslate2 tok/s | aiayn / HF (paired) "
+        "| aiayn / CT2 (paired) |"
+    )
     print(header)
     print("|---" * 8 + "|")
     for r in rows:
         ct2 = f"{r['ctranslate2_tok_s']:.0f}" if "ctranslate2_tok_s" in r else "n/a"
         ratio_ct2 = f"{r['ratio_vs_ct2']:.2f}x ({r['paired_ratio_vs_ct2']:.2f}x)" if "ratio_vs_ct2" in r else "n/a"
-        print(f"| {r['dims']} | {r['vocab']} | {r['batch']} | {r['aiayn_tok_s']:.0f} | {r['hf_marian_tok_s']:.0f} | "
-              f"{ct2} | {r['ratio_vs_hf']:.2f}x ({r['paired_ratio_vs_hf']:.2f}x) | {ratio_ct2} |")
+        print(
+            f"| {r['dims']} | {r['vocab']} | {r['batch']} | {r['aiayn_tok_s']:.0f} | {r['hf_marian_tok_s']:.0f} | "
+            f"{ct2} | {r['ratio_vs_hf']:.2f}x ({r['paired_ratio_vs_hf']:.2f}x) | {ratio_ct2} |"
+        )
     if any("ctranslate2" in r for r in rows):
         print(f"\nCTranslate2 not measured: {rows[0].get('ctranslate2')}")
     if args.json:

@@ -45,9 +45,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    shapes = {"qkv": (args.d_model, 3 * args.d_model), "w_1": (args.d_model, args.d_ff),
-                               "w_2": (args.d_ff, args.d_model), "lm_head": (args.d_model, args.vocab)}
-    print(f"{args.threads} thread(s); GFLOP/s of F.linear -> Projection (oneDNN: {Projection(torch.ones(1, 1)).packed is not None})")
+    shapes = {
+        "qkv": (args.d_model, 3 * args.d_model),
+        "w_1": (args.d_model, args.d_ff),
+        "w_2": (args.d_ff, args.d_model),
+        "lm_head": (args.d_model, args.vocab),
+    }
+    print(
+        f"{args.threads} thread(s); GFLOP/s of F.linear -> Projection (oneDNN: {Projection(torch.ones(1, 1)).packed is not None})"
+    )
     print("| projection | in x out | " + " | ".join(f"{n} rows" for n in args.rows) + " |")
     print("|---|---|" + "---|" * len(args.rows))
     for name, (fan_in, fan_out) in shapes.items():

@@ -88,8 +88,14 @@ def time_decoding(model, batch, new_tokens: int) -> float:
     with torch.inference_mode():
         start = time.perf_counter()
         model.generate(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=4, do_sample=False,
-            min_new_tokens=new_tokens, max_new_tokens=new_tokens, length_penalty=1.0, early_stopping=True,
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            num_beams=4,
+            do_sample=False,
+            min_new_tokens=new_tokens,
+            max_new_tokens=new_tokens,
+            length_penalty=1.0,
+            early_stopping=True,
         )
         return time.perf_counter() - start
 
@@ -128,16 +134,22 @@ def main() -> None:
         ours, marian = build_pair(dims, args.vocab_size)
         train_batch = make_batch(args.batch_size, args.src_len, args.tgt_len, args.vocab_size)
         tokens = int((train_batch["labels"] != -100).sum()) * args.train_steps
-        t_ours, t_marian = median_ratio(lambda m: time_training(m, train_batch, args.train_steps), ours, marian,
-                                        args.repeats)
-        print(f"{dims:<6} {'train (target tokens)':<22} {tokens / t_ours:>12.0f} {tokens / t_marian:>13.0f} "
-              f"{t_marian / t_ours:>6.2f}x")
+        t_ours, t_marian = median_ratio(
+            lambda m: time_training(m, train_batch, args.train_steps), ours, marian, args.repeats
+        )
+        print(
+            f"{dims:<6} {'train (target tokens)':<22} {tokens / t_ours:>12.0f} {tokens / t_marian:>13.0f} "
+            f"{t_marian / t_ours:>6.2f}x"
+        )
         decode_batch = make_batch(args.decode_batch_size, args.src_len, args.tgt_len, args.vocab_size, seed=1)
         tokens = args.decode_batch_size * args.new_tokens
-        t_ours, t_marian = median_ratio(lambda m: time_decoding(m, decode_batch, args.new_tokens), ours, marian,
-                                        args.repeats)
-        print(f"{dims:<6} {'beam-4 generate()':<22} {tokens / t_ours:>12.0f} {tokens / t_marian:>13.0f} "
-              f"{t_marian / t_ours:>6.2f}x")
+        t_ours, t_marian = median_ratio(
+            lambda m: time_decoding(m, decode_batch, args.new_tokens), ours, marian, args.repeats
+        )
+        print(
+            f"{dims:<6} {'beam-4 generate()':<22} {tokens / t_ours:>12.0f} {tokens / t_marian:>13.0f} "
+            f"{t_marian / t_ours:>6.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -37,14 +37,24 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, input: str | bytes | None = None, cwd: Path | None = None, timeout: float = 600,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str,
+    input: str | bytes | None = None,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """Run `python -m aiayn_cli ARGS...` in a subprocess; returns the completed process (text mode
     unless `input` is bytes)."""
     text = not isinstance(input, bytes)
     return subprocess.run(
         [sys.executable, "-m", "aiayn_cli", *map(str, args)],
-        input=input, capture_output=True, text=text, cwd=cwd, timeout=timeout, env=env or cli_env(),
+        input=input,
+        capture_output=True,
+        text=text,
+        cwd=cwd,
+        timeout=timeout,
+        env=env or cli_env(),
     )
 
 
@@ -63,8 +73,14 @@ def word_level_tokenizer(vocab_size: int = 72):
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", model_max_length=1024)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=1024,
+    )
 
 
 def save_tiny_model(folder: Path, vocab_size: int = 72, seed: int = 0) -> Path:

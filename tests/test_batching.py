@@ -10,15 +10,15 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 import torch
+from conftest import REPO_ROOT, cli_env
+from corpora import bpe_multi30k, make_pairs, tokenized_multi30k, write_text_split  # noqa: F401  (fixtures)
 
 import aiayn_cli.data.batching as batching
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.data.batching import Seq2SeqCollator, TokenBatchSampler, collate, token_batch_loader, tokenize_split
 from aiayn_cli.data.corpus import DataSpec, load_split
-from aiayn_cli.errors import AiaynError
 from aiayn_cli.data.tokenization import train_tokenizer
-from conftest import REPO_ROOT, cli_env
-from corpora import bpe_multi30k, make_pairs, tokenized_multi30k, write_text_split  # noqa: F401  (fixtures)
+from aiayn_cli.errors import AiaynError
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,10 @@ def test_second_run_reuses_the_cache(tokenized_multi30k, bpe_multi30k, multi30k_
 def test_cache_key_follows_tokenizer_and_max_length(small, tmp_path):
     train, tokenizer, tokenized = small
     other = train_tokenizer(train, vocab_size=320, show_progress=False)
-    files = {tokenize_split(train, t, max_length=m, cache_dir=tmp_path).cache_files[0]["filename"]
-             for t, m in ((tokenizer, None), (other, None), (tokenizer, 8))}
+    files = {
+        tokenize_split(train, t, max_length=m, cache_dir=tmp_path).cache_files[0]["filename"]
+        for t, m in ((tokenizer, None), (other, None), (tokenizer, 8))
+    }
     assert len(files) == 3
 
 
@@ -103,7 +105,7 @@ def test_batches_fit_max_tokens_with_little_padding(tokenized_multi30k):
     assert sorted(i for batch in batches for i in batch) == list(range(len(src)))
     token_padding = padded_fraction(batches, src, tgt)
     order = np.random.default_rng(0).permutation(len(src))
-    random_padding = padded_fraction([order[i:i + 64] for i in range(0, len(order), 64)], src, tgt)
+    random_padding = padded_fraction([order[i : i + 64] for i in range(0, len(order), 64)], src, tgt)
     print(f"padding at max-tokens 4096: {token_padding:.2%} (random batches of 64: {random_padding:.2%})")
     assert token_padding <= 0.05 and token_padding == pytest.approx(sampler.padding()["padding"])
     assert random_padding > 5 * token_padding
@@ -155,8 +157,17 @@ def test_epochs_shuffle_batches_from_the_seed(tokenized_multi30k):
 @pytest.mark.parametrize("num_replicas", [1, 2])
 def test_restarting_at_batch_k_yields_the_rest_of_the_epoch(tokenized_multi30k, num_replicas):
     src, tgt = lengths(tokenized_multi30k)
-    make = lambda: TokenBatchSampler(src, tgt, max_tokens=2048, seed=5, num_replicas=num_replicas,  # noqa: E731
-                                     rank=num_replicas - 1)
+
+    def make():
+        return TokenBatchSampler(
+            src,
+            tgt,
+            max_tokens=2048,
+            seed=5,
+            num_replicas=num_replicas,
+            rank=num_replicas - 1,
+        )
+
     sampler = make()
     sampler.set_epoch(4)
     full = list(sampler)
@@ -210,11 +221,14 @@ def test_loader_for_accelerate(small):
     _, tokenizer, tokenized = small
     accelerator = Accelerator()
     try:
-        loader = token_batch_loader(tokenized, max_tokens=256, pad_token_id=tokenizer.pad_token_id, seed=1,
-                                    accelerator=accelerator)
+        loader = token_batch_loader(
+            tokenized, max_tokens=256, pad_token_id=tokenizer.pad_token_id, seed=1, accelerator=accelerator
+        )
         sampler = loader.batch_sampler
         assert (sampler.rank, sampler.num_replicas) == (accelerator.process_index, accelerator.num_processes)
-        model = accelerator.prepare(AiaynForConditionalGeneration(AiaynConfig.from_preset("tiny", vocab_size=len(tokenizer))))
+        model = accelerator.prepare(
+            AiaynForConditionalGeneration(AiaynConfig.from_preset("tiny", vocab_size=len(tokenizer)))
+        )
         seen = 0
         for step, batch in enumerate(loader):
             batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
@@ -249,8 +263,21 @@ def test_two_real_processes_under_torchrun(tmp_path):
     script = tmp_path / "shard.py"
     script.write_text(TWO_PROCESSES)
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env=cli_env(ACCELERATE_USE_CPU="true"), cwd=REPO_ROOT,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(script),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=cli_env(ACCELERATE_USE_CPU="true"),
+        cwd=REPO_ROOT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

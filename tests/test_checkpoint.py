@@ -9,6 +9,7 @@ from accelerate import Accelerator
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli.errors import AiaynError
 from aiayn_cli.training.checkpoint import (
     average_checkpoints,
     latest_checkpoint,
@@ -20,7 +21,6 @@ from aiayn_cli.training.checkpoint import (
     save_checkpoint,
     write_averaged_checkpoint,
 )
-from aiayn_cli.errors import AiaynError
 
 
 class _Tokenizer:
@@ -101,7 +101,8 @@ def test_save_checkpoint_round_trip(tmp_path):
     path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path)
     assert path.name == "checkpoint-1" and read_trainer_state(path) == {"step": 1, "epoch": 0}
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= {
-        p.name for p in path.iterdir()}
+        p.name for p in path.iterdir()
+    }
     loaded = AutoModelForSeq2SeqLM.from_pretrained(path)
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(tensor, model.state_dict()[name])

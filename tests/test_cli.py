@@ -3,9 +3,9 @@
 import shutil
 
 import pytest
+from conftest import run_cli
 
 from aiayn_cli import __version__
-from conftest import run_cli
 
 
 def test_help_exits_zero():

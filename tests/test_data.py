@@ -7,11 +7,11 @@ import re
 
 import datasets
 import pytest
+from conftest import run_cli
+from corpora import invoke, make_pairs, write_jsonl, write_lines, write_text_split, write_tsv
 
 from aiayn_cli.data.corpus import DataSpec, load_split
 from aiayn_cli.errors import AiaynError
-from conftest import run_cli
-from corpora import invoke, make_pairs, write_jsonl, write_lines, write_text_split, write_tsv
 
 
 def pairs_of(dataset: datasets.Dataset) -> list[tuple[str, str]]:
@@ -53,9 +53,11 @@ def test_every_local_format_gives_the_same_pairs(tmp_path):
     write_jsonl(tmp_path / "jsonl_dir" / "train.jsonl", pairs)
     translation = [{"en": s, "de": t} for s, t in pairs]
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": translation})}).save_to_disk(
-        str(tmp_path / "saved_dict"))
+        str(tmp_path / "saved_dict")
+    )
     datasets.Dataset.from_dict({"en": [s for s, _ in pairs], "de": [t for _, t in pairs]}).save_to_disk(
-        str(tmp_path / "saved_one"))
+        str(tmp_path / "saved_one")
+    )
 
     langs = dict(source_lang="en", target_lang="de")
     specs = {
@@ -87,7 +89,9 @@ def test_hub_loader_reads_a_local_dataset_folder(tmp_path):
     pairs = make_pairs(30, seed=2)
     write_jsonl(tmp_path / "hub_like" / "train.jsonl", pairs)
     write_jsonl(tmp_path / "hub_like" / "validation.jsonl", pairs[:6])
-    spec = DataSpec(dataset=str(tmp_path / "hub_like"), source_lang="en", target_lang="de", cache_dir=tmp_path / "cache")
+    spec = DataSpec(
+        dataset=str(tmp_path / "hub_like"), source_lang="en", target_lang="de", cache_dir=tmp_path / "cache"
+    )
     assert pairs_of(load_split(spec, "train")) == pairs
     assert pairs_of(load_split(spec, "dev")) == pairs[:6]  # "dev" finds "validation"
     with pytest.raises(AiaynError, match=r"has no split 'test'.*train"):
@@ -101,7 +105,7 @@ def test_hub_loader_reads_a_local_dataset_folder(tmp_path):
 
 def test_byte_order_mark_and_crlf_line_ends(tmp_path):
     (tmp_path / "train.en").write_bytes(b"\xef\xbb\xbfA dog.\r\nA cat.\r\n")
-    (tmp_path / "train.de").write_bytes("Ein Hund.\r\nEine Katze.".encode())  # no newline at the end
+    (tmp_path / "train.de").write_bytes(b"Ein Hund.\r\nEine Katze.")  # no newline at the end
     dataset = load_split(DataSpec(data_dir=tmp_path, source_lang="en", target_lang="de"), "train")
     assert pairs_of(dataset) == [("A dog.", "Ein Hund."), ("A cat.", "Eine Katze.")]
     assert dataset.cleaning_report.stripped == 2  # the "\r"s, counted
@@ -111,8 +115,12 @@ def test_fingerprint_follows_content_and_cleaning(tmp_path):
     write_text_split(tmp_path / "a", "train", make_pairs(20, seed=3))
     write_text_split(tmp_path / "b", "train", make_pairs(20, seed=3))
     write_text_split(tmp_path / "c", "train", make_pairs(20, seed=4))
-    fingerprint = lambda folder, **kw: load_split(  # noqa: E731
-        DataSpec(data_dir=tmp_path / folder, source_lang="en", target_lang="de", **kw), "train")._fingerprint
+
+    def fingerprint(folder, **kw):
+        return load_split(
+            DataSpec(data_dir=tmp_path / folder, source_lang="en", target_lang="de", **kw), "train"
+        )._fingerprint
+
     assert fingerprint("a") == fingerprint("b")  # same bytes, another folder
     assert fingerprint("a") != fingerprint("c")
     assert fingerprint("a") != fingerprint("a", dedup=True)
@@ -138,13 +146,30 @@ def test_cleaning_counts_each_kind_of_dropped_pair(tmp_path):
     spec = DataSpec(data_dir=tmp_path, source_lang="en", target_lang="de", max_length=10, max_ratio=3, dedup=True)
     dataset = load_split(spec, "train")
     report = dataset.cleaning_report
-    assert pairs_of(dataset) == [("Hello there", "Hallo da"), ("A dog runs.", "Ein Hund rennt."),
-                                 ("A dog runs.", "Ein Hund läuft.")]
-    assert (report.read, report.empty, report.too_long, report.bad_ratio, report.duplicates, report.kept,
-            report.stripped) == (8, 2, 1, 1, 1, 3, 1)
+    assert pairs_of(dataset) == [
+        ("Hello there", "Hallo da"),
+        ("A dog runs.", "Ein Hund rennt."),
+        ("A dog runs.", "Ein Hund läuft."),
+    ]
+    assert (
+        report.read,
+        report.empty,
+        report.too_long,
+        report.bad_ratio,
+        report.duplicates,
+        report.kept,
+        report.stripped,
+    ) == (8, 2, 1, 1, 1, 3, 1)
     text = str(report)
-    for phrase in ("8 pairs read", "3 kept", "2 empty", "1 longer than 10 tokens", "1 past length ratio 3",
-                   "1 duplicates", "stripped whitespace in 1"):
+    for phrase in (
+        "8 pairs read",
+        "3 kept",
+        "2 empty",
+        "1 longer than 10 tokens",
+        "1 past length ratio 3",
+        "1 duplicates",
+        "stripped whitespace in 1",
+    ):
         assert phrase in text
 
     # Without limits only the empty pairs go.
@@ -172,29 +197,70 @@ def _bad_inputs(tmp_path):
     write_lines(tmp_path / "one_column.tsv", ["a\tb", "only one column"])
     write_text_split(tmp_path / "blank", "train", [("  ", "x"), ("y", "")])
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": [{"en": "a", "de": "b"}]})}).save_to_disk(
-        str(tmp_path / "saved"))
+        str(tmp_path / "saved")
+    )
     return [
-        ("missing file", DataSpec(source_file=tmp_path / "nope.en", target_file=tmp_path / "ok/train.de"), "train",
-         r"file not found: .*nope\.en"),
-        ("missing split", DataSpec(data_dir=tmp_path / "ok", **langs), "test",
-         r"no test data for en-de .*looked for test\.en\+test\.de, test2016\.en\+test2016\.de"),
-        ("line counts", DataSpec(data_dir=tmp_path / "short", **langs), "train",
-         r"line counts differ: .*short/train\.en has 5 lines, .*short/train\.de has 4"),
+        (
+            "missing file",
+            DataSpec(source_file=tmp_path / "nope.en", target_file=tmp_path / "ok/train.de"),
+            "train",
+            r"file not found: .*nope\.en",
+        ),
+        (
+            "missing split",
+            DataSpec(data_dir=tmp_path / "ok", **langs),
+            "test",
+            r"no test data for en-de .*looked for test\.en\+test\.de, test2016\.en\+test2016\.de",
+        ),
+        (
+            "line counts",
+            DataSpec(data_dir=tmp_path / "short", **langs),
+            "train",
+            r"line counts differ: .*short/train\.en has 5 lines, .*short/train\.de has 4",
+        ),
         ("invalid utf-8", DataSpec(data_dir=tmp_path / "utf8", **langs), "train", r"utf8/train\.en:3: invalid UTF-8"),
-        ("unknown language key", DataSpec(data_file=tmp_path / "pairs.jsonl", source_lang="en", target_lang="fr"),
-         "train", r"pairs\.jsonl.*language 'fr' \(--target-lang\).*keys: en, de"),
-        ("unknown column", DataSpec(dataset=str(tmp_path / "saved"), **langs, source_column="text"), "train",
-         r"no column 'text' for --source-column \(columns: translation\.en, translation\.de\)"),
-        ("invalid json", DataSpec(data_file=tmp_path / "broken.jsonl", **langs), "train",
-         r"broken\.jsonl:2: invalid JSON"),
-        ("tsv columns", DataSpec(data_file=tmp_path / "one_column.tsv"), "train",
-         r"one_column\.tsv:2: expected at least 2"),
-        ("empty after cleaning", DataSpec(data_dir=tmp_path / "blank", **langs), "train",
-         r"no sentence pairs left in train after cleaning \(.*2 empty"),
-        ("no split in saved dataset", DataSpec(dataset=str(tmp_path / "saved"), **langs), "test",
-         r"has no split 'test' \(splits: train\)"),
-        ("unreachable hub dataset", DataSpec(dataset="no-such-user/no-such-dataset", dataset_config="de-en", **langs),
-         "train", r"could not load dataset no-such-user/no-such-dataset \(de-en\): "),
+        (
+            "unknown language key",
+            DataSpec(data_file=tmp_path / "pairs.jsonl", source_lang="en", target_lang="fr"),
+            "train",
+            r"pairs\.jsonl.*language 'fr' \(--target-lang\).*keys: en, de",
+        ),
+        (
+            "unknown column",
+            DataSpec(dataset=str(tmp_path / "saved"), **langs, source_column="text"),
+            "train",
+            r"no column 'text' for --source-column \(columns: translation\.en, translation\.de\)",
+        ),
+        (
+            "invalid json",
+            DataSpec(data_file=tmp_path / "broken.jsonl", **langs),
+            "train",
+            r"broken\.jsonl:2: invalid JSON",
+        ),
+        (
+            "tsv columns",
+            DataSpec(data_file=tmp_path / "one_column.tsv"),
+            "train",
+            r"one_column\.tsv:2: expected at least 2",
+        ),
+        (
+            "empty after cleaning",
+            DataSpec(data_dir=tmp_path / "blank", **langs),
+            "train",
+            r"no sentence pairs left in train after cleaning \(.*2 empty",
+        ),
+        (
+            "no split in saved dataset",
+            DataSpec(dataset=str(tmp_path / "saved"), **langs),
+            "test",
+            r"has no split 'test' \(splits: train\)",
+        ),
+        (
+            "unreachable hub dataset",
+            DataSpec(dataset="no-such-user/no-such-dataset", dataset_config="de-en", **langs),
+            "train",
+            r"could not load dataset no-such-user/no-such-dataset \(de-en\): ",
+        ),
     ]
 
 
@@ -218,14 +284,23 @@ def test_specs_that_name_no_source_or_two_are_refused(tmp_path):
         load_split(DataSpec(source_file=tmp_path / "a"), "train")
 
 
-@pytest.mark.parametrize("case", ["missing file", "line counts", "invalid utf-8", "unknown language key",
-                                  "unknown column", "empty after cleaning"])
+@pytest.mark.parametrize(
+    "case",
+    ["missing file", "line counts", "invalid utf-8", "unknown language key", "unknown column", "empty after cleaning"],
+)
 def test_cli_reports_bad_input_and_leaves_no_output(tmp_path, capsys, case):
     name, spec, split, _ = next(item for item in _bad_inputs(tmp_path) if item[0] == case)
     args = ["train-tokenizer", "-o", tmp_path / "out" / "tok", "--vocab-size", "500", "--split", split]
-    for option, value in (("--dataset", spec.dataset), ("--data-dir", spec.data_dir), ("--data-file", spec.data_file),
-                          ("--source-file", spec.source_file), ("--target-file", spec.target_file),
-                          ("-s", spec.source_lang), ("-t", spec.target_lang), ("--source-column", spec.source_column)):
+    for option, value in (
+        ("--dataset", spec.dataset),
+        ("--data-dir", spec.data_dir),
+        ("--data-file", spec.data_file),
+        ("--source-file", spec.source_file),
+        ("--target-file", spec.target_file),
+        ("-s", spec.source_lang),
+        ("-t", spec.target_lang),
+        ("--source-column", spec.source_column),
+    ):
         if value:
             args += [option, value]
     code, out, err = invoke(capsys, *args)
@@ -240,16 +315,35 @@ def test_cli_reads_a_saved_dataset_with_cleaning_options(tmp_path, capsys):
     pairs = pairs + pairs[:20] + [("one two three four five six seven eight nine ten eleven twelve thirteen", "x y")]
     translation = [{"en": s, "de": t} for s, t in pairs]
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": translation})}).save_to_disk(
-        str(tmp_path / "saved"))
-    code, out, err = invoke(capsys, "train-tokenizer", "--dataset", tmp_path / "saved", "-s", "de", "-t", "en",
-                            "--max-length", "12", "--max-ratio", "4", "--dedup", "--vocab-size", "350",
-                            "-o", tmp_path / "tok")
+        str(tmp_path / "saved")
+    )
+    code, out, err = invoke(
+        capsys,
+        "train-tokenizer",
+        "--dataset",
+        tmp_path / "saved",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        "--max-length",
+        "12",
+        "--max-ratio",
+        "4",
+        "--dedup",
+        "--vocab-size",
+        "350",
+        "-o",
+        tmp_path / "tok",
+    )
     assert code == 0, err
     report = next(line for line in err.splitlines() if "pairs read" in line)
     unique = len(set(pairs[:120]))  # random short sentences repeat now and then
-    assert report == (f"train ({tmp_path / 'saved'}): 141 pairs read, {unique} kept; dropped 0 empty, "
-                      f"1 longer than 12 tokens, 0 past length ratio 4, {140 - unique} duplicates; "
-                      "stripped whitespace in 0")
+    assert report == (
+        f"train ({tmp_path / 'saved'}): 141 pairs read, {unique} kept; dropped 0 empty, "
+        f"1 longer than 12 tokens, 0 past length ratio 4, {140 - unique} duplicates; "
+        "stripped whitespace in 0"
+    )
     assert (tmp_path / "tok" / "tokenizer.json").is_file()
 
 
@@ -259,5 +353,6 @@ def test_cli_subprocess_exit_code_and_message(tmp_path):
     result = run_cli("train-tokenizer", "--data-dir", tmp_path, "-s", "en", "-t", "de", "-o", tmp_path / "tok")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"error: line counts differ: {tmp_path}/train.en has 3 lines, {tmp_path}/train.de has 2"]
+        f"error: line counts differ: {tmp_path}/train.en has 3 lines, {tmp_path}/train.de has 2"
+    ]
     assert "Traceback" not in result.stderr and not (tmp_path / "tok").exists()

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.decoding.search import DecodingOptions, beam_search, decode, length_penalty
 from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedWeights, encode
+from aiayn_cli.decoding.search import DecodingOptions, beam_search, decode, length_penalty
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -70,8 +70,9 @@ def next_log_probs(model, source: list[int], prefix: list[int]) -> torch.Tensor:
     return F.log_softmax(out.logits[0, -1].float(), dim=-1)
 
 
-def reference_beam_search(model, source: list[int], beam: int, alpha: float, style: str, max_len: int,
-                          min_len: int = 0) -> list[tuple[list[int], float]]:
+def reference_beam_search(
+    model, source: list[int], beam: int, alpha: float, style: str, max_len: int, min_len: int = 0
+) -> list[tuple[list[int], float]]:
     """Keep the 2 * beam best extensions; those ending in </s> among the best `beam` are finished;
     the best `beam` others live on; stop with `beam` finished or at max_len (where </s> is forced)."""
     live = [([], 0.0)]
@@ -96,11 +97,14 @@ def reference_beam_search(model, source: list[int], beam: int, alpha: float, sty
     return sorted(finished, key=lambda f: f[1], reverse=True)
 
 
-@pytest.mark.parametrize("overrides", [
-    {},
-    {"pre_norm": True, "positional_encoding": "learned"},
-    {"tie_word_embeddings": True},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"pre_norm": True, "positional_encoding": "learned"},
+        {"tie_word_embeddings": True},
+    ],
+)
 def test_beam_search_equals_reference(overrides):
     model = tiny_model(**overrides)
     lengths = [9, 4, 7, 2, 9, 5]
@@ -122,8 +126,9 @@ def test_beam_search_equals_reference_with_hf_penalty_and_min_len():
     model = tiny_model(seed=3)
     lengths = [6, 3, 8]
     ids, mask = source_batch(lengths, seed=4)
-    options = DecodingOptions(num_beams=3, nbest=3, length_penalty=1.0, length_penalty_style="hf",
-                              max_len_a=0, max_len_b=9, min_len=3)
+    options = DecodingOptions(
+        num_beams=3, nbest=3, length_penalty=1.0, length_penalty_style="hf", max_len_a=0, max_len_b=9, min_len=3
+    )
     fast = decode(model, ids, mask, options)
     for i, n in enumerate(lengths):
         slow = reference_beam_search(model, ids[i, :n].tolist(), 3, 1.0, "hf", 9, min_len=3)
@@ -135,8 +140,9 @@ def test_greedy_equals_generate():
     model = tiny_model()
     ids, mask = source_batch([9, 4, 7, 2, 9, 5, 3, 8])
     fast = decode(model, ids, mask, DecodingOptions(num_beams=1, max_len_a=0, max_len_b=20))
-    reference = model.generate(input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False,
-                               max_new_tokens=20, max_length=None)
+    reference = model.generate(
+        input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=20, max_length=None
+    )
     for hyps, row in zip(fast, reference.tolist()):
         tokens = row[1:]  # without <s>
         tokens = tokens[: tokens.index(EOS)] if EOS in tokens else tokens
@@ -149,19 +155,35 @@ def test_beam_search_with_hf_penalty_equals_generate():
     for sentences that finish before the length limit (where generate() stops without </s>)."""
     model = tiny_model(seed=5)
     ids, mask = source_batch([9, 4, 7, 2, 9, 5, 3, 8, 6, 4, 7, 5], seed=6)
-    fast = decode(model, ids, mask, DecodingOptions(num_beams=4, nbest=4, length_penalty=0.6,
-                                                    length_penalty_style="hf", max_len_a=0, max_len_b=30))
-    reference = model.generate(input_ids=ids, attention_mask=mask, num_beams=4, num_return_sequences=4,
-                               length_penalty=0.6, early_stopping=True, do_sample=False, max_new_tokens=31,
-                               max_length=None, output_scores=True, return_dict_in_generate=True)
+    fast = decode(
+        model,
+        ids,
+        mask,
+        DecodingOptions(num_beams=4, nbest=4, length_penalty=0.6, length_penalty_style="hf", max_len_a=0, max_len_b=30),
+    )
+    reference = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        num_beams=4,
+        num_return_sequences=4,
+        length_penalty=0.6,
+        early_stopping=True,
+        do_sample=False,
+        max_new_tokens=31,
+        max_length=None,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     compared = 0
     for i, hyps in enumerate(fast):
         if any(len(h.tokens) >= 30 for h in hyps):
             continue
-        rows = reference.sequences[4 * i: 4 * i + 4].tolist()
-        expected = [row[1: row.index(EOS, 1)] for row in rows]
+        rows = reference.sequences[4 * i : 4 * i + 4].tolist()
+        expected = [row[1 : row.index(EOS, 1)] for row in rows]
         assert [h.tokens for h in hyps] == expected
-        assert [h.score for h in hyps] == pytest.approx(reference.sequences_scores[4 * i: 4 * i + 4].tolist(), abs=1e-4)
+        assert [h.score for h in hyps] == pytest.approx(
+            reference.sequences_scores[4 * i : 4 * i + 4].tolist(), abs=1e-4
+        )
         compared += 1
     assert compared >= 4
 
@@ -239,8 +261,9 @@ def test_gnmt_penalty_picks_a_different_hypothesis_than_hf_penalty():
     """
     results = {}
     for style in ("gnmt", "hf"):
-        options = DecodingOptions(num_beams=2, nbest=2, length_penalty=0.6, length_penalty_style=style,
-                                  max_len_a=0, max_len_b=10)
+        options = DecodingOptions(
+            num_beams=2, nbest=2, length_penalty=0.6, length_penalty_style=style, max_len_a=0, max_len_b=10
+        )
         decoder = ScriptedDecoder(TABLE, DEFAULT)
         results[style] = beam_search(decoder, [10], options, BOS, EOS)[0]
         assert decoder.rows_seen == [1, 2, 2, 2]  # four steps, then both hypotheses are finished
@@ -297,7 +320,6 @@ def test_max_length_is_a_times_source_plus_b():
             assert all(len(h.tokens) <= n + 3 for h in hyps)
 
 
-
 def test_generate_stops_at_the_paper_maximum_length(caplog):
     """model.generate() without a length: max_len_a * S + max_len_b new tokens, capped by max_length;
     max_new_tokens alone is honoured without transformers' "both were set" warning."""
@@ -313,11 +335,11 @@ def test_generate_stops_at_the_paper_maximum_length(caplog):
     assert model.generate(ids, **never_ends).shape[1] == 20
     assert "seem to have been set" not in caplog.text
 
+
 def test_sampling_is_seeded_and_filters():
     model = tiny_model()
     ids, mask = source_batch([9, 4, 7])
-    sample = DecodingOptions(num_beams=1, do_sample=True, seed=7, nbest=3, temperature=1.5, max_len_a=0,
-                             max_len_b=15)
+    sample = DecodingOptions(num_beams=1, do_sample=True, seed=7, nbest=3, temperature=1.5, max_len_a=0, max_len_b=15)
     first, second = decode(model, ids, mask, sample), decode(model, ids, mask, sample)
     assert [[h.tokens for h in s] for s in first] == [[h.tokens for h in s] for s in second]
     assert all(len(s) == 3 for s in first)
@@ -345,8 +367,10 @@ def test_options_come_from_the_generation_config():
 def test_cuda_decoding_equals_cpu():
     ids, mask = source_batch([9, 4, 7, 2, 9, 5])
     cpu_model, gpu_model = tiny_model(), tiny_model().cuda()
-    for options in (DecodingOptions(num_beams=4, nbest=4, max_len_a=0.5, max_len_b=6),
-                    DecodingOptions(num_beams=1, max_len_a=0, max_len_b=12)):
+    for options in (
+        DecodingOptions(num_beams=4, nbest=4, max_len_a=0.5, max_len_b=6),
+        DecodingOptions(num_beams=1, max_len_a=0, max_len_b=12),
+    ):
         cpu = decode(cpu_model, ids, mask, options)
         gpu = decode(gpu_model, ids.cuda(), mask.cuda(), options)
         assert [[h.tokens for h in s] for s in gpu] == [[h.tokens for h in s] for s in cpu]

@@ -17,12 +17,24 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import cli_env, run_cli
 from test_training import TINY, max_difference, weights, write_dictionary_task
 
-FLAGS = ["--max-steps", "8", "--no-progress", "--set", "checkpoint_every_steps=8", "--set", "valid_every_steps=8",
-         "--set", "trackers=[]", "--set", "average_last=null", "--set", "valid_bleu_samples=8"]
+FLAGS = [
+    "--max-steps",
+    "8",
+    "--no-progress",
+    "--set",
+    "checkpoint_every_steps=8",
+    "--set",
+    "valid_every_steps=8",
+    "--set",
+    "trackers=[]",
+    "--set",
+    "average_last=null",
+    "--set",
+    "valid_bleu_samples=8",
+]
 
 
 def _free_port() -> int:
@@ -41,12 +53,20 @@ def test_two_processes_equal_one_with_update_freq_2(tmp_path):
     from aiayn_cli.data.tokenization import train_tokenizer
 
     data = write_dictionary_task(tmp_path / "data", n_train=600, n_valid=16)
-    tokenizer = train_tokenizer(DataSpec(data_dir=str(data), source_lang="en", target_lang="de"), vocab_size=320,
-                                output_dir=tmp_path / "tok", show_progress=False)
+    tokenizer = train_tokenizer(
+        DataSpec(data_dir=str(data), source_lang="en", target_lang="de"),
+        vocab_size=320,
+        output_dir=tmp_path / "tok",
+        show_progress=False,
+    )
     env = cli_env(HF_DATASETS_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     # The precondition: 2 processes see the same batches as 1 (an even number, none halved).
-    train = tokenize_split(load_split(DataSpec(data_dir=str(data), source_lang="en", target_lang="de")), tokenizer,
-                           max_length=256, cache_dir=tmp_path / "scratch")
+    train = tokenize_split(
+        load_split(DataSpec(data_dir=str(data), source_lang="en", target_lang="de")),
+        tokenizer,
+        max_length=256,
+        cache_dir=tmp_path / "scratch",
+    )
     one, two = (TokenBatchSampler.from_dataset(train, 512, seed=1, num_replicas=w) for w in (1, 2))
     assert [b.tolist() for b in one.batches] == [b.tolist() for b in two.batches]
 
@@ -54,16 +74,41 @@ def test_two_processes_equal_one_with_update_freq_2(tmp_path):
     single = run_cli("train", *common, "-o", tmp_path / "one", "--update-freq", "2", env=env)
     assert single.returncode == 0, single.stderr
     double = subprocess.run(
-        [LAUNCHER, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-         "--dynamo_backend", "no", "--main_process_port", str(_free_port()), "-m", "aiayn_cli", "train", *common,
-         "-o", str(tmp_path / "two")],
-        env={**env, "ACCELERATE_USE_CPU": "1"}, capture_output=True, text=True, timeout=600)
+        [
+            LAUNCHER,
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            str(_free_port()),
+            "-m",
+            "aiayn_cli",
+            "train",
+            *common,
+            "-o",
+            str(tmp_path / "two"),
+        ],
+        env={**env, "ACCELERATE_USE_CPU": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert double.returncode == 0, double.stderr
     assert double.stdout.count("trained 8 steps") == 1  # one report, from the main process
-    one_state, two_state = (json.loads((tmp_path / run / "checkpoint-8" / "trainer_state.json").read_text())
-                            for run in ("one", "two"))
+    one_state, two_state = (
+        json.loads((tmp_path / run / "checkpoint-8" / "trainer_state.json").read_text()) for run in ("one", "two")
+    )
     assert (one_state["num_processes"], two_state["num_processes"]) == (1, 2)
     # the same tokens, and the same weights
     assert one_state["target_tokens"] == two_state["target_tokens"] > 0
     assert one_state["source_tokens"] == two_state["source_tokens"]
-    assert max_difference(weights(tmp_path / "one" / "checkpoint-8"), weights(tmp_path / "two" / "checkpoint-8")) <= 1e-5
+    assert (
+        max_difference(weights(tmp_path / "one" / "checkpoint-8"), weights(tmp_path / "two" / "checkpoint-8")) <= 1e-5
+    )

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+from conftest import REPO_ROOT, cli_env, run_cli
 
 from aiayn_cli.cli import main
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.evaluation.scoring import format_table, load_metric, read_lines, read_parallel, score, write_json
 from aiayn_cli.evaluation.metrics import METRIC_MODULES, METRICS_DIR, paper_bleu_tokenize, split_compounds
-from conftest import REPO_ROOT, cli_env, run_cli
+from aiayn_cli.evaluation.scoring import format_table, load_metric, read_lines, read_parallel, score, write_json
 
 # Made-up sentences: punctuation, case, numbers, hyphenated compounds, one empty hypothesis.
 HYPS = [
@@ -110,7 +110,10 @@ def test_scores_equal_sacrebleu_directly(no_network, streams, width):
         assert got["formatted"] == formatted
         assert f"{got['score']:.{width}f}" == f"{value:.{width}f}"
     bleu = results["scores"]["sacrebleu"]
-    assert bleu["signature"] == f"nrefs:{len(streams)}|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
+    assert (
+        bleu["signature"]
+        == f"nrefs:{len(streams)}|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
+    )
     assert 0 < bleu["score"] < 100 and 0 < results["scores"]["ter"]["score"]
     assert results["num_segments"] == len(HYPS) and results["num_references"] == len(streams)
 
@@ -123,14 +126,18 @@ def test_single_reference_strings_equal_lists():
 
 
 def test_printed_table_has_sacrebleu_digits_and_signatures(tmp_path, monkeypatch, capsys):
-    hyp, ref, ref2 = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS), write(tmp_path / "r2.de", REFS2)
+    hyp, ref, ref2 = (
+        write(tmp_path / "hyp.de", HYPS),
+        write(tmp_path / "ref.de", REFS),
+        write(tmp_path / "r2.de", REFS2),
+    )
     code, out, err = aiayn(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "-r", ref2, "--width", 3)
     assert code == 0, err
     rows = {}
     for line in out.splitlines():
         if line.split()[:1] in (["BLEU"], ["chrF2"], ["TER"]):
             rows.setdefault(line.split()[0], line.split())  # the score row comes before the details
-    for key, (value, formatted) in direct(HYPS, [REFS, REFS2], 3).items():
+    for _key, (value, formatted) in direct(HYPS, [REFS, REFS2], 3).items():
         name, rest = formatted.split("|", 1)
         signature, printed = rest.split(" = ", 1)
         assert rows[name][1] == printed.split()[0] == f"{value:.3f}"
@@ -160,8 +167,16 @@ def test_cli_offline_equals_sacrebleu_command_and_writes_only_json_and_cache(tmp
     before = {p for p in tmp_path.rglob("*")}
     env = cli_env(HOME=str(home))
     # No offline switches either: loading the shipped modules by path needs no network at all.
-    for var in ("HF_HOME", "XDG_CACHE_HOME", "HF_MODULES_CACHE", "HF_METRICS_CACHE", "HF_EVALUATE_CACHE",
-                "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    for var in (
+        "HF_HOME",
+        "XDG_CACHE_HOME",
+        "HF_MODULES_CACHE",
+        "HF_METRICS_CACHE",
+        "HF_EVALUATE_CACHE",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    ):
         env.pop(var, None)
     args = ["evaluate", "-i", "hyp.de", "-r", "ref.de", "-r", "ref2.de", "--paper-bleu", "--json", "out.json"]
     ours = subprocess.run(_wrapped_cli(args), cwd=work, env=env, capture_output=True, text=True, timeout=300)
@@ -170,9 +185,28 @@ def test_cli_offline_equals_sacrebleu_command_and_writes_only_json_and_cache(tmp
 
     # The sacrebleu command line on the same files reads them and scores them the same way.
     theirs = subprocess.run(
-        [sys.executable, "-m", "sacrebleu", "ref.de", "ref2.de", "-i", "hyp.de", "-m", "bleu", "chrf", "ter",
-         "-f", "text", "-w", "2"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            "ref.de",
+            "ref2.de",
+            "-i",
+            "hyp.de",
+            "-m",
+            "bleu",
+            "chrf",
+            "ter",
+            "-f",
+            "text",
+            "-w",
+            "2",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert theirs.returncode == 0, theirs.stderr
     results = json.loads((work / "out.json").read_text(encoding="utf-8"))
@@ -187,8 +221,9 @@ def test_cli_offline_equals_sacrebleu_command_and_writes_only_json_and_cache(tmp
     # Nothing written but the JSON and the Hugging Face cache (under $HOME/.cache/huggingface).
     cache = home / ".cache" / "huggingface"
     new = {p for p in tmp_path.rglob("*")} - before
-    outside = [p for p in new if p != work / "out.json" and not (p == cache or cache in p.parents
-                                                                  or p in cache.parents)]
+    outside = [
+        p for p in new if p != work / "out.json" and not (p == cache or cache in p.parents or p in cache.parents)
+    ]
     assert outside == []
     assert list((cache / "modules").rglob("aiayn_sacrebleu.py")), "evaluate did not use its module cache"
 
@@ -207,8 +242,9 @@ def test_read_lines_splits_like_sacrebleu(tmp_path):
 
 
 def test_read_parallel_gives_references_per_segment(tmp_path):
-    hyps, refs = read_parallel(write(tmp_path / "h", ["a", "b"]), [write(tmp_path / "r1", ["A", "B"]),
-                                                                    write(tmp_path / "r2", ["x", "y"])])
+    hyps, refs = read_parallel(
+        write(tmp_path / "h", ["a", "b"]), [write(tmp_path / "r1", ["A", "B"]), write(tmp_path / "r2", ["x", "y"])]
+    )
     assert hyps == ["a", "b"] and refs == [["A", "x"], ["B", "y"]]
 
 
@@ -239,10 +275,23 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
     }
 
 
-@pytest.mark.parametrize("case", [
-    "missing file", "missing reference", "folder", "line counts", "invalid utf-8", "empty", "no references",
-    "no hypotheses", "unknown metric", "no language", "unknown language", "json folder missing",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing file",
+        "missing reference",
+        "folder",
+        "line counts",
+        "invalid utf-8",
+        "empty",
+        "no references",
+        "no hypotheses",
+        "unknown metric",
+        "no language",
+        "unknown language",
+        "json folder missing",
+    ],
+)
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path, monkeypatch, capsys, case):
     args, must_mention = _bad_inputs(tmp_path)[case]
     code, out, err = aiayn(monkeypatch, capsys, "evaluate", *args)
@@ -260,9 +309,11 @@ def test_bad_input_through_the_console_entry_point(tmp_path):
     """The same in a subprocess: exit code 2 and one line, as a shell sees it."""
     result = run_cli("evaluate", "-i", write(tmp_path / "h.de", ["a", "b"]), "-r", write(tmp_path / "r.de", ["a"]))
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'h.de'} has 2 lines but "
-                                                   f"{tmp_path / 'r.de'} has 1; hypotheses and references "
-                                                   "must be line-aligned"]
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'h.de'} has 2 lines but "
+        f"{tmp_path / 'r.de'} has 1; hypotheses and references "
+        "must be line-aligned"
+    ]
 
 
 def test_ragged_references_are_rejected():
@@ -278,8 +329,9 @@ def test_ragged_references_are_rejected():
 def test_json_output_and_atomic_write(tmp_path, monkeypatch, capsys):
     hyp, ref = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS)
     out_json = tmp_path / "scores.json"
-    code, out, err = aiayn(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf",
-                           "--json", out_json)
+    code, out, err = aiayn(
+        monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf", "--json", out_json
+    )
     assert code == 0, err
     data = json.loads(out_json.read_text(encoding="utf-8"))
     assert list(data["scores"]) == ["chrf"]
@@ -308,23 +360,46 @@ def test_compound_splitting_examples():
 
 @pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
 def test_compound_splitting_equals_the_perl_one_liner():
-    lines = ["a-b-c-d", "state-of-the-art", "Größe-Übermaß", "x - y", "ü-ö", "\u00a0-a a-\u00a0", "--", "a--b",
-             "E-Mail-Adresse", "3-4 Tage", "-", "Ende-"]
-    perl = subprocess.run(["perl", "-ple", r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"],
-                          input="\n".join(lines).encode("utf-8") + b"\n", capture_output=True, check=True)
+    lines = [
+        "a-b-c-d",
+        "state-of-the-art",
+        "Größe-Übermaß",
+        "x - y",
+        "ü-ö",
+        "\u00a0-a a-\u00a0",
+        "--",
+        "a--b",
+        "E-Mail-Adresse",
+        "3-4 Tage",
+        "-",
+        "Ende-",
+    ]
+    perl = subprocess.run(
+        ["perl", "-ple", r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"],
+        input="\n".join(lines).encode("utf-8") + b"\n",
+        capture_output=True,
+        check=True,
+    )
     assert [split_compounds(line) for line in lines] == perl.stdout.decode("utf-8").splitlines()
 
 
-@pytest.mark.parametrize("text, lang, expected", [
-    ("Sie ist eine gut-aussehende Frau.", "de", "Sie ist eine gut ##AT##-##AT## aussehende Frau ."),
-    ('Er sagte "ja".', "de", "Er sagte &quot; ja &quot; ."),  # tokenizer.perl escapes by default
-    ("Er sagte “ja”.", "de", "Er sagte &quot; ja &quot; ."),  # replace-unicode-punctuation first
-    ("Wirklich？", "de", "Wirklich ?"),
-    ("Das ist z.B. gut, oder?", "de", "Das ist z.B. gut , oder ?"),
-    ("Am 3. Mai kam er.", "de", "Am 3. Mai kam er ."),  # German ordinal stays one token
-    ("Am 3. Mai kam er.", "en", "Am 3 . Mai kam er ."),
-    ("a state-of-the-art model & more", "en", "a state ##AT##-##AT## of ##AT##-##AT## the ##AT##-##AT## art model &amp; more"),
-])
+@pytest.mark.parametrize(
+    "text, lang, expected",
+    [
+        ("Sie ist eine gut-aussehende Frau.", "de", "Sie ist eine gut ##AT##-##AT## aussehende Frau ."),
+        ('Er sagte "ja".', "de", "Er sagte &quot; ja &quot; ."),  # tokenizer.perl escapes by default
+        ("Er sagte “ja”.", "de", "Er sagte &quot; ja &quot; ."),  # replace-unicode-punctuation first
+        ("Wirklich？", "de", "Wirklich ?"),
+        ("Das ist z.B. gut, oder?", "de", "Das ist z.B. gut , oder ?"),
+        ("Am 3. Mai kam er.", "de", "Am 3. Mai kam er ."),  # German ordinal stays one token
+        ("Am 3. Mai kam er.", "en", "Am 3 . Mai kam er ."),
+        (
+            "a state-of-the-art model & more",
+            "en",
+            "a state ##AT##-##AT## of ##AT##-##AT## the ##AT##-##AT## art model &amp; more",
+        ),
+    ],
+)
 def test_paper_bleu_tokenization(text, lang, expected):
     assert paper_bleu_tokenize(text, lang) == expected
 
@@ -346,8 +421,9 @@ def test_paper_bleu_by_hand_and_not_comparable_with_sacrebleu():
 
 def test_paper_bleu_has_no_smoothing():
     # No matching 4-gram: multi-bleu gives 0, sacreBLEU's default smoothing does not.
-    result = score(["der Hund bellt laut"], ["der Hund bellt leise"], metrics=["sacrebleu"], paper_bleu=True,
-                   lang="de")["scores"]
+    result = score(
+        ["der Hund bellt laut"], ["der Hund bellt leise"], metrics=["sacrebleu"], paper_bleu=True, lang="de"
+    )["scores"]
     assert result["paper_bleu"]["counts"][3] == 0 and result["paper_bleu"]["score"] == 0.0
     assert result["sacrebleu"]["score"] > 0
 
@@ -397,12 +473,15 @@ def test_multi30k_val_references(multi30k_dir, tmp_path, monkeypatch, capsys):
     assert [f"{itself[key]['score']:.2f}" for key in ("sacrebleu", "chrf", "ter")] == ["100.00", "100.00", "0.00"]
 
     # A perturbed copy: every third line loses its last word, every fifth is lower-cased.
-    perturbed = [" ".join(line.split()[:-1]) if i % 3 == 0 else line.lower() if i % 5 == 0 else line
-                 for i, line in enumerate(refs)]
+    perturbed = [
+        " ".join(line.split()[:-1]) if i % 3 == 0 else line.lower() if i % 5 == 0 else line
+        for i, line in enumerate(refs)
+    ]
     hyp_path = write(tmp_path / "perturbed.de", perturbed)
     out_json = tmp_path / "val.json"
-    code, out, err = aiayn(monkeypatch, capsys, "evaluate", "-i", hyp_path, "-r", ref_path, "--json", out_json,
-                           "--paper-bleu")
+    code, out, err = aiayn(
+        monkeypatch, capsys, "evaluate", "-i", hyp_path, "-r", ref_path, "--json", out_json, "--paper-bleu"
+    )
     assert code == 0, err
     results = json.loads(out_json.read_text(encoding="utf-8"))
     for key, (value, formatted) in direct(perturbed, [refs], 2).items():
@@ -431,8 +510,21 @@ def test_references_from_a_data_split(tmp_path):
     data, _, targets = _split_corpus(tmp_path)
     hyps = [t if i % 3 else "w5 w6" for i, t in enumerate(targets)]
     (tmp_path / "hyp.de").write_text("\n".join(hyps) + "\n")
-    result = run_cli("evaluate", "-i", tmp_path / "hyp.de", "--data-dir", data, "-s", "en", "-t", "de",
-                     "--split", "test", "--json", tmp_path / "out.json")
+    result = run_cli(
+        "evaluate",
+        "-i",
+        tmp_path / "hyp.de",
+        "--data-dir",
+        data,
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--split",
+        "test",
+        "--json",
+        tmp_path / "out.json",
+    )
     assert result.returncode == 0, result.stderr
     expected = sacrebleu.corpus_bleu(hyps, [targets])
     saved = json.loads((tmp_path / "out.json").read_text())
@@ -442,14 +534,29 @@ def test_references_from_a_data_split(tmp_path):
 
 def test_model_translates_the_split_then_scores(tmp_path):
     import sacrebleu
+    from conftest import save_tiny_model
 
     from aiayn_cli.decoding.translator import Translator
-    from conftest import save_tiny_model
 
     data, sources, targets = _split_corpus(tmp_path)
     model = save_tiny_model(tmp_path / "model")
-    result = run_cli("evaluate", "--model", model, "--data-dir", data, "-s", "en", "-t", "de", "--split", "test",
-                     "-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json")
+    result = run_cli(
+        "evaluate",
+        "--model",
+        model,
+        "--data-dir",
+        data,
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--split",
+        "test",
+        "-o",
+        tmp_path / "hyp.de",
+        "--json",
+        tmp_path / "out.json",
+    )
     assert result.returncode == 0, result.stderr
     hyps = (tmp_path / "hyp.de").read_text().splitlines()
     assert hyps == Translator.from_pretrained(str(model)).translate(sources)
@@ -463,9 +570,14 @@ def test_split_mode_bad_inputs(tmp_path):
     (tmp_path / "short.de").write_text("w1\n")
     cases = [
         (["--model", tmp_path], "--model needs data options"),
-        (["-i", tmp_path / "short.de", "--data-dir", data, "-s", "en", "-t", "de"], "has 1 lines but the test split has 20"),
-        (["-i", tmp_path / "short.de", "-r", tmp_path / "short.de", "--data-dir", data, "-s", "en", "-t", "de"],
-         "not both"),
+        (
+            ["-i", tmp_path / "short.de", "--data-dir", data, "-s", "en", "-t", "de"],
+            "has 1 lines but the test split has 20",
+        ),
+        (
+            ["-i", tmp_path / "short.de", "-r", tmp_path / "short.de", "--data-dir", data, "-s", "en", "-t", "de"],
+            "not both",
+        ),
         (["--data-dir", data, "-s", "en", "-t", "de"], "either --hypotheses"),
     ]
     for args, phrase in cases:

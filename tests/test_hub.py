@@ -9,11 +9,11 @@ import sys
 import textwrap
 
 import pytest
-import torch
 import yaml
+from conftest import run_cli, save_tiny_model
+
 from aiayn_cli.cli import main
 from aiayn_cli.evaluation.scoring import score
-from conftest import run_cli, save_tiny_model
 
 SECRET = "hf_abcdefSECRETtoken1234567890"
 
@@ -59,14 +59,36 @@ def front_matter(readme: str) -> dict:
 
 def test_dry_run_writes_the_exact_folder(run_dir, tmp_path):
     out = tmp_path / "staged"
-    result = run_cli("push", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run",
-                     "--output-dir", out, "--eval-json", run_dir / "eval.json", "--eval-split", "test2016",
-                     "--dataset", "bentrevett/multi30k")
+    result = run_cli(
+        "push",
+        run_dir / "averaged",
+        "--repo-id",
+        "someone/aiayn-tiny",
+        "--dry-run",
+        "--output-dir",
+        out,
+        "--eval-json",
+        run_dir / "eval.json",
+        "--eval-split",
+        "test2016",
+        "--dataset",
+        "bentrevett/multi30k",
+    )
     assert result.returncode == 0, result.stderr
     names = {p.name for p in out.iterdir()}
-    assert {"model.safetensors", "config.json", "generation_config.json", "modeling_aiayn.py",
-            "configuration_aiayn.py", "tokenizer.json", "tokenizer_config.json", "README.md",
-            "recipe.yaml", "learning_curve.png", "eval_results.json"} <= names
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "modeling_aiayn.py",
+        "configuration_aiayn.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+        "recipe.yaml",
+        "learning_curve.png",
+        "eval_results.json",
+    } <= names
     for name in names:
         assert name in result.stdout
     config = json.loads((out / "config.json").read_text())
@@ -77,8 +99,22 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path):
 
 def test_model_card_metadata_parses(run_dir, tmp_path):
     out = tmp_path / "staged"
-    assert run_cli("push", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run", "--output-dir", out,
-                   "--eval-json", run_dir / "eval.json", "--dataset", "multi30k").returncode == 0
+    assert (
+        run_cli(
+            "push",
+            run_dir / "averaged",
+            "--repo-id",
+            "someone/aiayn-tiny",
+            "--dry-run",
+            "--output-dir",
+            out,
+            "--eval-json",
+            run_dir / "eval.json",
+            "--dataset",
+            "multi30k",
+        ).returncode
+        == 0
+    )
     readme = (out / "README.md").read_text()
     meta = front_matter(readme)
     assert meta["language"] == ["en", "de"]
@@ -88,14 +124,24 @@ def test_model_card_metadata_parses(run_dir, tmp_path):
     expected = score(["w5 w6 w7", "w8 w9"], ["w5 w6 w7", "w8 w10"])["scores"]["sacrebleu"]
     assert results["sacrebleu"]["value"] == round(expected["score"], 2)
     assert results["sacrebleu"]["config"] == expected["signature"]
-    for section in ("## Usage", "## Training recipe", "## Learning curve", "## Citation", "aiayn translate",
-                    "trust_remote_code=True", "Vaswani"):
+    for section in (
+        "## Usage",
+        "## Training recipe",
+        "## Learning curve",
+        "## Citation",
+        "aiayn translate",
+        "trust_remote_code=True",
+        "Vaswani",
+    ):
         assert section in readme
 
 
 def test_dry_run_folder_loads_and_translates_without_the_package(run_dir, tmp_path):
     out = tmp_path / "staged"
-    assert run_cli("push", run_dir / "averaged", "--repo-id", "someone/x", "--dry-run", "--output-dir", out).returncode == 0
+    assert (
+        run_cli("push", run_dir / "averaged", "--repo-id", "someone/x", "--dry-run", "--output-dir", out).returncode
+        == 0
+    )
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir / "averaged").eval()
@@ -118,8 +164,15 @@ def test_dry_run_folder_loads_and_translates_without_the_package(run_dir, tmp_pa
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HOME"] = str(tmp_path / "hf_home")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
-                            timeout=300, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Do you wish" not in result.stdout
     lines = result.stdout.strip().splitlines()
@@ -145,8 +198,22 @@ def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, 
             return "https://huggingface.co/someone/x/commit/abc"
 
     monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
-    code, output = run_main(["push", run_dir / "averaged", "--repo-id", "someone/x", "--private",
-                             "--revision", "v1", "--commit-message", "first", "--token", SECRET], capsys)
+    code, output = run_main(
+        [
+            "push",
+            run_dir / "averaged",
+            "--repo-id",
+            "someone/x",
+            "--private",
+            "--revision",
+            "v1",
+            "--commit-message",
+            "first",
+            "--token",
+            SECRET,
+        ],
+        capsys,
+    )
     assert code == 0, output
     assert calls["token"] == SECRET and calls["create"] == ("someone/x", True)
     assert calls["branch"] == "v1" and calls["upload"] == ("someone/x", "v1", "first")
@@ -187,13 +254,19 @@ def test_bad_inputs(run_dir, tmp_path):
     cases = [
         (["push", tmp_path / "nope", "--repo-id", "a/b", "--dry-run"], "no such model folder"),
         (["push", run_dir / "averaged", "--repo-id", "no-slash", "--dry-run"], "--repo-id"),
-        (["push", run_dir / "averaged", "--repo-id", "a/b", "--dry-run", "--eval-json", tmp_path / "missing.json"],
-         "--eval-json"),
+        (
+            ["push", run_dir / "averaged", "--repo-id", "a/b", "--dry-run", "--eval-json", tmp_path / "missing.json"],
+            "--eval-json",
+        ),
     ]
     (tmp_path / "not_empty").mkdir()
     (tmp_path / "not_empty" / "x").write_text("x")
-    cases.append((["push", run_dir / "averaged", "--repo-id", "a/b", "--dry-run", "--output-dir", tmp_path / "not_empty"],
-                  "not empty"))
+    cases.append(
+        (
+            ["push", run_dir / "averaged", "--repo-id", "a/b", "--dry-run", "--output-dir", tmp_path / "not_empty"],
+            "not empty",
+        )
+    )
     no_tokenizer = tmp_path / "bare"
     save_tiny_model(no_tokenizer)
     (no_tokenizer / "tokenizer.json").unlink()

@@ -43,8 +43,9 @@ def test_equals_torch_label_smoothing_and_plain_nll():
     logits, labels = _batch(vocab=50)
     targets = labels.masked_fill(labels == 0, -100)
     out = label_smoothed_cross_entropy(logits, labels, epsilon=0.1)
-    ref = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum",
-                          label_smoothing=0.1)
+    ref = F.cross_entropy(
+        logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum", label_smoothing=0.1
+    )
     assert float(out.loss) == pytest.approx(float(ref), rel=1e-5)
     plain = label_smoothed_cross_entropy(logits, labels, epsilon=0.0)
     ref_nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum")

@@ -11,12 +11,12 @@ import textwrap
 
 import pytest
 import torch
+from conftest import word_level_tokenizer
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.model.modeling_aiayn import sinusoidal_positional_encoding
-from conftest import word_level_tokenizer
 
 VOCAB = 72  # differs from every other dimension of the tiny preset
 
@@ -26,7 +26,9 @@ def tiny_model(**overrides) -> AiaynForConditionalGeneration:
     return AiaynForConditionalGeneration(config).eval()
 
 
-def random_batch(lengths: list[int], vocab: int = VOCAB, pad: int = 0, eos: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+def random_batch(
+    lengths: list[int], vocab: int = VOCAB, pad: int = 0, eos: int = 2
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded source ids (ending in </s>) and their attention mask."""
     width = max(lengths)
     ids = torch.full((len(lengths), width), pad)
@@ -65,9 +67,17 @@ def test_generic_hf_names():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(d_model=510), dict(d_model=0), dict(num_heads=-1), dict(dropout=1.0), dict(dropout=-0.1),
-     dict(attention_dropout=1.5), dict(positional_encoding="rotary"), dict(num_encoder_layers=0),
-     dict(vocab_size=2)],
+    [
+        dict(d_model=510),
+        dict(d_model=0),
+        dict(num_heads=-1),
+        dict(dropout=1.0),
+        dict(dropout=-0.1),
+        dict(attention_dropout=1.5),
+        dict(positional_encoding="rotary"),
+        dict(num_encoder_layers=0),
+        dict(vocab_size=2),
+    ],
 )
 def test_impossible_configs_raise(kwargs):
     with pytest.raises(ValueError):
@@ -87,7 +97,9 @@ def test_padding_does_not_change_a_sentence():
     src, mask = random_batch([5, 9, 12])
     tgt, tgt_mask = random_batch([4, 7, 10])
     with torch.no_grad():
-        batched = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask).logits
+        batched = model(
+            input_ids=src, attention_mask=mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask
+        ).logits
         alone = model(input_ids=src[:1, :5], decoder_input_ids=tgt[:1, :4]).logits
     assert (batched[0, :4] - alone[0]).abs().max() <= 1e-5
 
@@ -184,7 +196,9 @@ def test_save_load_round_trip(tmp_path, caplog):
         b = loaded(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
     assert torch.equal(a, b)
     beams = dict(num_beams=4, max_new_tokens=12, early_stopping=True)
-    assert torch.equal(model.generate(src, attention_mask=mask, **beams), loaded.generate(src, attention_mask=mask, **beams))
+    assert torch.equal(
+        model.generate(src, attention_mask=mask, **beams), loaded.generate(src, attention_mask=mask, **beams)
+    )
 
 
 def test_one_copy_of_the_shared_matrix(tmp_path):
@@ -211,8 +225,11 @@ def test_saved_folder_has_paper_generation_config(tmp_path):
 
 def test_untied_embeddings_are_three_matrices(tmp_path):
     model = tiny_model(tie_word_embeddings=False)
-    weights = {id(model.model.encoder.embed_tokens.weight), id(model.model.decoder.embed_tokens.weight),
-               id(model.lm_head.weight)}
+    weights = {
+        id(model.model.encoder.embed_tokens.weight),
+        id(model.model.decoder.embed_tokens.weight),
+        id(model.lm_head.weight),
+    }
     assert len(weights) == 3
     model.save_pretrained(tmp_path)
     loaded = AiaynForConditionalGeneration.from_pretrained(tmp_path)
@@ -247,8 +264,13 @@ def test_cached_decoding_equals_full_forward():
         encoder_outputs = model.get_encoder()(input_ids=src, attention_mask=mask)
         cache, steps = None, []
         for t in range(tgt.size(1)):
-            out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, t : t + 1],
-                        past_key_values=cache, use_cache=True)
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=mask,
+                decoder_input_ids=tgt[:, t : t + 1],
+                past_key_values=cache,
+                use_cache=True,
+            )
             cache = out.past_key_values
             steps.append(out.logits)
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
@@ -269,8 +291,10 @@ def test_pre_norm_and_learned_positions_decode_consistently():
         model = tiny_model(**overrides)
         src, mask = random_batch([4, 8])
         kwargs = dict(num_beams=4, max_new_tokens=10, early_stopping=True)
-        assert torch.equal(model.generate(src, attention_mask=mask, **kwargs),
-                           model.generate(src, attention_mask=mask, use_cache=False, **kwargs))
+        assert torch.equal(
+            model.generate(src, attention_mask=mask, **kwargs),
+            model.generate(src, attention_mask=mask, use_cache=False, **kwargs),
+        )
 
 
 def test_learned_positions_reject_over_long_inputs():
@@ -345,8 +369,9 @@ def test_loads_and_generates_without_the_package(tmp_path):
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     env["HF_HOME"] = str(tmp_path / "hf_home")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == str(expected)
 

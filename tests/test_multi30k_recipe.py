@@ -7,7 +7,6 @@ import json
 import time
 
 import pytest
-
 from conftest import REPO_ROOT, cli_env, run_cli
 
 
@@ -30,21 +29,48 @@ def score_test2016(model_dir, multi30k_dir, beam_size: int = 4) -> float:
 @pytest.mark.multi30k
 def test_multi30k_recipe_reaches_35_bleu_in_an_hour(multi30k_dir, tmp_path):
     env = cli_env(HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    tokenizer = run_cli("train-tokenizer", "--data-dir", multi30k_dir, "-s", "en", "-t", "de", "--vocab-size", "8000",
-                        "--output", tmp_path / "bpe8k", env=env)
+    tokenizer = run_cli(
+        "train-tokenizer",
+        "--data-dir",
+        multi30k_dir,
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--vocab-size",
+        "8000",
+        "--output",
+        tmp_path / "bpe8k",
+        env=env,
+    )
     assert tokenizer.returncode == 0, tokenizer.stderr
     start = time.monotonic()
-    result = run_cli("train", REPO_ROOT / "recipes" / "multi30k_en_de.yaml", "--data-dir", multi30k_dir,
-                     "--tokenizer", tmp_path / "bpe8k", "--output-dir", tmp_path / "run", "--no-progress",
-                     env=env, timeout=90 * 60)
+    result = run_cli(
+        "train",
+        REPO_ROOT / "recipes" / "multi30k_en_de.yaml",
+        "--data-dir",
+        multi30k_dir,
+        "--tokenizer",
+        tmp_path / "bpe8k",
+        "--output-dir",
+        tmp_path / "run",
+        "--no-progress",
+        env=env,
+        timeout=90 * 60,
+    )
     wall = time.monotonic() - start
     assert result.returncode == 0, result.stderr
-    state = json.loads(sorted((tmp_path / "run").glob("checkpoint-*/trainer_state.json"),
-                              key=lambda p: int(p.parent.name.split("-")[1]))[-1].read_text())
+    state = json.loads(
+        sorted(
+            (tmp_path / "run").glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])
+        )[-1].read_text()
+    )
     bleu = score_test2016(tmp_path / "run" / "averaged", multi30k_dir)
     tokens_per_s = (state["source_tokens"] + state["target_tokens"]) / state["train_seconds"]
-    print(f"\nMulti30k test2016 en->de: sacreBLEU {bleu:.2f} (averaged, beam 4); training {state['train_seconds'] / 60:.1f} "
-          f"min ({wall / 60:.1f} min with setup), {state['step']} steps, {tokens_per_s:,.0f} non-pad tokens/s")
+    print(
+        f"\nMulti30k test2016 en->de: sacreBLEU {bleu:.2f} (averaged, beam 4); training {state['train_seconds'] / 60:.1f} "
+        f"min ({wall / 60:.1f} min with setup), {state['step']} steps, {tokens_per_s:,.0f} non-pad tokens/s"
+    )
     print(result.stdout)
     assert state["train_seconds"] <= 61 * 60
     assert bleu >= 35.0

@@ -3,10 +3,9 @@ the BLEU >= 90 run takes a few minutes and is measured by hand, see the README).
 
 from __future__ import annotations
 
-import json
+from conftest import run_cli
 
 from aiayn_cli.quickstart.pipeline import run_quickstart
-from conftest import run_cli
 
 
 def test_quickstart_runs_every_step(tmp_path):

@@ -58,20 +58,26 @@ def test_missing_required_key(tmp_path):
         load_recipe(path)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("max_tokens: lots", r"recipe.yaml:11: 'max_tokens' must be an integer, got 'lots'"),
-    ("max_tokens: 4096.5", r"'max_tokens' must be an integer"),
-    ("compile: 1", r"'compile' must be true/false"),
-    ("lr_schedule: cosine", r"'lr_schedule' must be one of 'noam', 'inverse_sqrt'"),
-    ("adam_betas: 0.9", r"'adam_betas' must be a list of a number"),
-    ("label_smoothing: 1.5", r"'label_smoothing' must be in \[0, 1\)"),
-    ("max_time: soon", r"'max_time' must be minutes or a duration"),
-    ("update_freq: 0", r"'update_freq' must be positive"),
-    ("model: small", r"'model' must be a mapping"),
-    ("data: {data_dir: x}", r"data: --source-lang .* required"),
-    ("data: {data_dir: x, dataset: wmt14, source_lang: en, target_lang: de}", r"data: give one data source"),
-    ("data: {data_dir: 3, source_lang: en, target_lang: de}", r"'data.data_dir' must be a string or a path or null"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("max_tokens: lots", r"recipe.yaml:11: 'max_tokens' must be an integer, got 'lots'"),
+        ("max_tokens: 4096.5", r"'max_tokens' must be an integer"),
+        ("compile: 1", r"'compile' must be true/false"),
+        ("lr_schedule: cosine", r"'lr_schedule' must be one of 'noam', 'inverse_sqrt'"),
+        ("adam_betas: 0.9", r"'adam_betas' must be a list of a number"),
+        ("label_smoothing: 1.5", r"'label_smoothing' must be in \[0, 1\)"),
+        ("max_time: soon", r"'max_time' must be minutes or a duration"),
+        ("update_freq: 0", r"'update_freq' must be positive"),
+        ("model: small", r"'model' must be a mapping"),
+        ("data: {data_dir: x}", r"data: --source-lang .* required"),
+        ("data: {data_dir: x, dataset: wmt14, source_lang: en, target_lang: de}", r"data: give one data source"),
+        (
+            "data: {data_dir: 3, source_lang: en, target_lang: de}",
+            r"'data.data_dir' must be a string or a path or null",
+        ),
+    ],
+)
 def test_wrong_types_and_values(tmp_path, line, message):
     with pytest.raises(AiaynError, match=message):
         load_recipe(_write(tmp_path, MINIMAL + line + "\n"))
@@ -93,8 +99,15 @@ def test_overrides_win_and_are_checked(tmp_path):
     with pytest.raises(AiaynError, match=r"unknown key 'model.width'"):
         load_recipe(path, {"model.width": 3})
     # all from flags, no file
-    recipe = load_recipe(None, {"model.preset": "tiny", "data": {"data_dir": "d", "source_lang": "en", "target_lang": "de"}, "tokenizer": "t",
-                                "output_dir": "o"})
+    recipe = load_recipe(
+        None,
+        {
+            "model.preset": "tiny",
+            "data": {"data_dir": "d", "source_lang": "en", "target_lang": "de"},
+            "tokenizer": "t",
+            "output_dir": "o",
+        },
+    )
     assert recipe.model.preset == "tiny"
 
 
@@ -150,10 +163,18 @@ max_tokens: 3125            # x 8 GPUs = 25,000 tokens per side and step
 warmup_steps: 4000
 checkpoint_every_minutes: 10
 """
-    base = load_recipe(_write(tmp_path, common + "model: {preset: base}\noutput_dir: runs/base\nmax_steps: 100000\n"
-                                       "keep_last: 5\naverage_last: 5\n"))
-    big = load_recipe(_write(tmp_path, common + "model: {preset: big}\noutput_dir: runs/big\nmax_steps: 300000\n"
-                                      "keep_last: 20\naverage_last: 20\n"))
+    base = load_recipe(
+        _write(
+            tmp_path,
+            common + "model: {preset: base}\noutput_dir: runs/base\nmax_steps: 100000\nkeep_last: 5\naverage_last: 5\n",
+        )
+    )
+    big = load_recipe(
+        _write(
+            tmp_path,
+            common + "model: {preset: big}\noutput_dir: runs/big\nmax_steps: 300000\nkeep_last: 20\naverage_last: 20\n",
+        )
+    )
     assert base.data.dataset == "wmt14" and base.data.dataset_config == "de-en"
     assert (base.adam_betas, base.adam_eps, base.label_smoothing) == ([0.9, 0.98], 1e-9, 0.1)
     assert base.model.to_config(37000).d_model == 512 and big.model.to_config(37000).dropout == 0.3
@@ -162,9 +183,11 @@ checkpoint_every_minutes: 10
 
 @pytest.mark.parametrize(
     "name, d_model, dropout, steps, average, pair",
-    [("wmt14_en_de_base.yaml", 512, 0.1, 100000, 5, ("en", "de")),
-     ("wmt14_en_de_big.yaml", 1024, 0.3, 300000, 20, ("en", "de")),
-     ("wmt14_en_fr_big.yaml", 1024, 0.1, 300000, 20, ("en", "fr"))],
+    [
+        ("wmt14_en_de_base.yaml", 512, 0.1, 100000, 5, ("en", "de")),
+        ("wmt14_en_de_big.yaml", 1024, 0.3, 300000, 20, ("en", "de")),
+        ("wmt14_en_fr_big.yaml", 1024, 0.1, 300000, 20, ("en", "fr")),
+    ],
 )
 def test_shipped_paper_recipes_hold_table_3(name, d_model, dropout, steps, average, pair):
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / name)

@@ -50,8 +50,9 @@ def test_noam_scale_and_resume():
 
 def test_inverse_sqrt_is_fairseqs_formula():
     optimizer = _optimizer()
-    scheduler = build_scheduler(optimizer, "inverse_sqrt", d_model=512, warmup_steps=10, peak_lr=1e-3,
-                                warmup_init_lr=1e-7)
+    scheduler = build_scheduler(
+        optimizer, "inverse_sqrt", d_model=512, warmup_steps=10, peak_lr=1e-3, warmup_init_lr=1e-7
+    )
     lrs = _lrs(scheduler, optimizer, 40)
     for step_num, lr in enumerate(lrs, start=1):
         if step_num < 10:

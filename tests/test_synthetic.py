@@ -5,9 +5,9 @@ import random
 import pytest
 
 from aiayn_cli.errors import AiaynError
+from aiayn_cli.quickstart.lexicon import NOUNS
 from aiayn_cli.quickstart.synthetic import (
     Clause,
-    NounPhrase as NP,
     corpus_statistics,
     generate_corpus,
     main,
@@ -16,96 +16,195 @@ from aiayn_cli.quickstart.synthetic import (
     sample_clause,
     write_corpus,
 )
-from aiayn_cli.quickstart.lexicon import NOUNS
+from aiayn_cli.quickstart.synthetic import (
+    NounPhrase as NP,
+)
 
 # Hand-checked translations. The comment names the German pattern: case, gender/number, the
 # adjective declension (weak after der/dieser, mixed after ein-words, strong without article).
 HAND_CHECKED = [
     # nom m weak; acc m mixed
-    (Clause((NP("dog", "the", ("small",)),), "see", NP("ball", "a", ("red",))),
-     "The small dog sees a red ball.", "Der kleine Hund sieht einen roten Ball."),
+    (
+        Clause((NP("dog", "the", ("small",)),), "see", NP("ball", "a", ("red",))),
+        "The small dog sees a red ball.",
+        "Der kleine Hund sieht einen roten Ball.",
+    ),
     # nom pl numeral; acc pl definite
-    (Clause((NP("dog", "two", plural=True),), "see", NP("cat", "the", plural=True)),
-     "Two dogs see the cats.", "Zwei Hunde sehen die Katzen."),
+    (
+        Clause((NP("dog", "two", plural=True),), "see", NP("cat", "the", plural=True)),
+        "Two dogs see the cats.",
+        "Zwei Hunde sehen die Katzen.",
+    ),
     # dat f weak
-    (Clause((NP("man"),), "play", preposition="with", prepositional_object=NP("woman", "the", ("old",))),
-     "The man plays with the old woman.", "Der Mann spielt mit der alten Frau."),
+    (
+        Clause((NP("man"),), "play", preposition="with", prepositional_object=NP("woman", "the", ("old",))),
+        "The man plays with the old woman.",
+        "Der Mann spielt mit der alten Frau.",
+    ),
     # nom f mixed; acc n mixed
-    (Clause((NP("woman", "a", ("young",)),), "read", NP("book", "a", ("new",))),
-     "A young woman reads a new book.", "Eine junge Frau liest ein neues Buch."),
+    (
+        Clause((NP("woman", "a", ("young",)),), "read", NP("book", "a", ("new",))),
+        "A young woman reads a new book.",
+        "Eine junge Frau liest ein neues Buch.",
+    ),
     # nom n weak; dat m weak with a weak masculine noun (dem Jungen)
-    (Clause((NP("child"),), "help", NP("boy", "the", ("tired",))),
-     "The child helps the tired boy.", "Das Kind hilft dem müden Jungen."),
+    (
+        Clause((NP("child"),), "help", NP("boy", "the", ("tired",))),
+        "The child helps the tired boy.",
+        "Das Kind hilft dem müden Jungen.",
+    ),
     # nom m possessive; dat n mixed
-    (Clause((NP("father", "my"),), "sleep", preposition="in front of",
-            prepositional_object=NP("house", "a", ("big",))),
-     "My father sleeps in front of a big house.", "Mein Vater schläft vor einem großen Haus."),
+    (
+        Clause(
+            (NP("father", "my"),), "sleep", preposition="in front of", prepositional_object=NP("house", "a", ("big",))
+        ),
+        "My father sleeps in front of a big house.",
+        "Mein Vater schläft vor einem großen Haus.",
+    ),
     # dat f mixed
-    (Clause((NP("cat"),), "sit", preposition="on", prepositional_object=NP("box", "her", ("old",))),
-     "The cat sits on her old box.", "Die Katze sitzt auf ihrer alten Kiste."),
+    (
+        Clause((NP("cat"),), "sit", preposition="on", prepositional_object=NP("box", "her", ("old",))),
+        "The cat sits on her old box.",
+        "Die Katze sitzt auf ihrer alten Kiste.",
+    ),
     # nom pl strong; acc pl strong
-    (Clause((NP("dog", "bare", ("hungry",), plural=True),), "eat", NP("apple", "bare", ("sweet",), plural=True)),
-     "Hungry dogs eat sweet apples.", "Hungrige Hunde essen süße Äpfel."),
+    (
+        Clause((NP("dog", "bare", ("hungry",), plural=True),), "eat", NP("apple", "bare", ("sweet",), plural=True)),
+        "Hungry dogs eat sweet apples.",
+        "Hungrige Hunde essen süße Äpfel.",
+    ),
     # dat pl strong after a numeral
-    (Clause((NP("girl"),), "play", preposition="with", prepositional_object=NP("dog", "three", ("small",), plural=True)),
-     "The girl plays with three small dogs.", "Das Mädchen spielt mit drei kleinen Hunden."),
+    (
+        Clause(
+            (NP("girl"),), "play", preposition="with", prepositional_object=NP("dog", "three", ("small",), plural=True)
+        ),
+        "The girl plays with three small dogs.",
+        "Das Mädchen spielt mit drei kleinen Hunden.",
+    ),
     # acc n strong singular (mass noun)
-    (Clause((NP("boy"),), "drink", NP("water", "bare", ("cold",))),
-     "The boy drinks cold water.", "Der Junge trinkt kaltes Wasser."),
+    (
+        Clause((NP("boy"),), "drink", NP("water", "bare", ("cold",))),
+        "The boy drinks cold water.",
+        "Der Junge trinkt kaltes Wasser.",
+    ),
     # nom m strong singular
-    (Clause((NP("tea", "bare", ("cold",)),), "be", predicate="sweet"),
-     "Cold tea is sweet.", "Kalter Tee ist süß."),
+    (Clause((NP("tea", "bare", ("cold",)),), "be", predicate="sweet"), "Cold tea is sweet.", "Kalter Tee ist süß."),
     # dat f strong singular
-    (Clause((NP("man"),), "eat", NP("bread"), preposition="with", prepositional_object=NP("milk", "bare", ("warm",))),
-     "The man eats the bread with warm milk.", "Der Mann isst das Brot mit warmer Milch."),
+    (
+        Clause(
+            (NP("man"),), "eat", NP("bread"), preposition="with", prepositional_object=NP("milk", "bare", ("warm",))
+        ),
+        "The man eats the bread with warm milk.",
+        "Der Mann isst das Brot mit warmer Milch.",
+    ),
     # dat m strong singular
-    (Clause((NP("woman"),), "eat", NP("cake", "a"), preposition="with", prepositional_object=NP("tea", "bare", ("cold",))),
-     "The woman eats a cake with cold tea.", "Die Frau isst einen Kuchen mit kaltem Tee."),
+    (
+        Clause(
+            (NP("woman"),),
+            "eat",
+            NP("cake", "a"),
+            preposition="with",
+            prepositional_object=NP("tea", "bare", ("cold",)),
+        ),
+        "The woman eats a cake with cold tea.",
+        "Die Frau isst einen Kuchen mit kaltem Tee.",
+    ),
     # acc m der-word; nom n der-word; dat pl der-word
-    (Clause((NP(pronoun="we"),), "visit", NP("teacher", "this", ("old",))),
-     "We visit this old teacher.", "Wir besuchen diesen alten Lehrer."),
-    (Clause((NP("pig", "this", ("small",)),), "be", predicate="hungry"),
-     "This small pig is hungry.", "Dieses kleine Schwein ist hungrig."),
-    (Clause((NP("boy", plural=True),), "thank", NP("woman", "this", ("old",), plural=True)),
-     "The boys thank these old women.", "Die Jungen danken diesen alten Frauen."),
+    (
+        Clause((NP(pronoun="we"),), "visit", NP("teacher", "this", ("old",))),
+        "We visit this old teacher.",
+        "Wir besuchen diesen alten Lehrer.",
+    ),
+    (
+        Clause((NP("pig", "this", ("small",)),), "be", predicate="hungry"),
+        "This small pig is hungry.",
+        "Dieses kleine Schwein ist hungrig.",
+    ),
+    (
+        Clause((NP("boy", plural=True),), "thank", NP("woman", "this", ("old",), plural=True)),
+        "The boys thank these old women.",
+        "Die Jungen danken diesen alten Frauen.",
+    ),
     # negation: kein for an indefinite or bare object, nicht otherwise
-    (Clause((NP("man"),), "see", NP("dog", "a"), negated=True),
-     "The man does not see a dog.", "Der Mann sieht keinen Hund."),
-    (Clause((NP("cat"),), "drink", NP("water", "bare"), negated=True),
-     "The cat does not drink water.", "Die Katze trinkt kein Wasser."),
-    (Clause((NP("boy"),), "eat", NP("apple", "bare", ("red",), plural=True), negated=True),
-     "The boy does not eat red apples.", "Der Junge isst keine roten Äpfel."),
-    (Clause((NP("woman"),), "see", NP("dog"), negated=True),
-     "The woman does not see the dog.", "Die Frau sieht den Hund nicht."),
-    (Clause((NP("dog", plural=True),), "sleep", preposition="under", prepositional_object=NP("table"), negated=True),
-     "The dogs do not sleep under the table.", "Die Hunde schlafen nicht unter dem Tisch."),
+    (
+        Clause((NP("man"),), "see", NP("dog", "a"), negated=True),
+        "The man does not see a dog.",
+        "Der Mann sieht keinen Hund.",
+    ),
+    (
+        Clause((NP("cat"),), "drink", NP("water", "bare"), negated=True),
+        "The cat does not drink water.",
+        "Die Katze trinkt kein Wasser.",
+    ),
+    (
+        Clause((NP("boy"),), "eat", NP("apple", "bare", ("red",), plural=True), negated=True),
+        "The boy does not eat red apples.",
+        "Der Junge isst keine roten Äpfel.",
+    ),
+    (
+        Clause((NP("woman"),), "see", NP("dog"), negated=True),
+        "The woman does not see the dog.",
+        "Die Frau sieht den Hund nicht.",
+    ),
+    (
+        Clause((NP("dog", plural=True),), "sleep", preposition="under", prepositional_object=NP("table"), negated=True),
+        "The dogs do not sleep under the table.",
+        "Die Hunde schlafen nicht unter dem Tisch.",
+    ),
     (Clause((NP(pronoun="I"),), "be", predicate="tired", negated=True), "I am not tired.", "Ich bin nicht müde."),
-    (Clause((NP("bird"),), "follow", NP("mother", "a"), negated=True),
-     "The bird does not follow a mother.", "Der Vogel folgt keiner Mutter."),
+    (
+        Clause((NP("bird"),), "follow", NP("mother", "a"), negated=True),
+        "The bird does not follow a mother.",
+        "Der Vogel folgt keiner Mutter.",
+    ),
     # pronouns in each case
     (Clause((NP(pronoun="she"),), "help", NP(pronoun="he")), "She helps him.", "Sie hilft ihm."),
     (Clause((NP(pronoun="they"),), "see", NP(pronoun="we")), "They see us.", "Sie sehen uns."),
-    (Clause((NP("dog"),), "play", preposition="with", prepositional_object=NP(pronoun="they")),
-     "The dog plays with them.", "Der Hund spielt mit ihnen."),
-    (Clause((NP(pronoun="I"),), "buy", NP("cake", "a"), preposition="for", prepositional_object=NP(pronoun="she")),
-     "I buy a cake for her.", "Ich kaufe einen Kuchen für sie."),
+    (
+        Clause((NP("dog"),), "play", preposition="with", prepositional_object=NP(pronoun="they")),
+        "The dog plays with them.",
+        "Der Hund spielt mit ihnen.",
+    ),
+    (
+        Clause((NP(pronoun="I"),), "buy", NP("cake", "a"), preposition="for", prepositional_object=NP(pronoun="she")),
+        "I buy a cake for her.",
+        "Ich kaufe einen Kuchen für sie.",
+    ),
     # coordinated subject takes a plural verb
     (Clause((NP("man"), NP("woman")), "sing"), "The man and the woman sing.", "Der Mann und die Frau singen."),
     # weak masculine accusative; a/an; two adjectives
     (Clause((NP("lion"),), "see", NP("bear")), "The lion sees the bear.", "Der Löwe sieht den Bären."),
-    (Clause((NP("man", "a", ("old",)),), "eat", NP("apple", "a")), "An old man eats an apple.",
-     "Ein alter Mann isst einen Apfel."),
-    (Clause((NP("ball", "the", ("small", "red")),), "be", predicate="heavy"),
-     "The small red ball is heavy.", "Der kleine rote Ball ist schwer."),
-    (Clause((NP("dog", "a", ("big", "black")),), "sleep"), "A big black dog sleeps.",
-     "Ein großer schwarzer Hund schläft."),
+    (
+        Clause((NP("man", "a", ("old",)),), "eat", NP("apple", "a")),
+        "An old man eats an apple.",
+        "Ein alter Mann isst einen Apfel.",
+    ),
+    (
+        Clause((NP("ball", "the", ("small", "red")),), "be", predicate="heavy"),
+        "The small red ball is heavy.",
+        "Der kleine rote Ball ist schwer.",
+    ),
+    (
+        Clause((NP("dog", "a", ("big", "black")),), "sleep"),
+        "A big black dog sleeps.",
+        "Ein großer schwarzer Hund schläft.",
+    ),
     # possessives: dat pl mixed; acc m mixed on `unser`; acc n mixed after ohne
-    (Clause((NP("dog", "our", plural=True),), "follow", NP("cat", "my", plural=True)),
-     "Our dogs follow my cats.", "Unsere Hunde folgen meinen Katzen."),
-    (Clause((NP("girl"),), "find", NP("key", "our", ("old",))),
-     "The girl finds our old key.", "Das Mädchen findet unseren alten Schlüssel."),
-    (Clause((NP("woman"),), "buy", NP("hat", "a"), preposition="without", prepositional_object=NP("child", "her")),
-     "The woman buys a hat without her child.", "Die Frau kauft einen Hut ohne ihr Kind."),
+    (
+        Clause((NP("dog", "our", plural=True),), "follow", NP("cat", "my", plural=True)),
+        "Our dogs follow my cats.",
+        "Unsere Hunde folgen meinen Katzen.",
+    ),
+    (
+        Clause((NP("girl"),), "find", NP("key", "our", ("old",))),
+        "The girl finds our old key.",
+        "Das Mädchen findet unseren alten Schlüssel.",
+    ),
+    (
+        Clause((NP("woman"),), "buy", NP("hat", "a"), preposition="without", prepositional_object=NP("child", "her")),
+        "The woman buys a hat without her child.",
+        "Die Frau kauft einen Hut ohne ihr Kind.",
+    ),
     # nom pl kein; nom n mixed
     (Clause((NP("child", "no", plural=True),), "laugh"), "No children laugh.", "Keine Kinder lachen."),
     (Clause((NP("horse", "a", ("small",)),), "sleep"), "A small horse sleeps.", "Ein kleines Pferd schläft."),
@@ -117,33 +216,40 @@ def test_hand_checked_translations(clause, english, german):
     assert render(clause) == (english, german)
 
 
-@pytest.mark.parametrize("noun, case, plural, german", [
-    ("child", "dat", True, "den Kindern"),  # dative plural adds -n
-    ("car", "dat", True, "den Autos"),  # ... but not after -s
-    ("key", "dat", True, "den Schlüsseln"),
-    ("woman", "dat", True, "den Frauen"),  # ... nor after -n
-    ("student", "acc", False, "den Studenten"),  # weak masculine
-    ("neighbor", "dat", False, "dem Nachbarn"),
-    ("elephant", "nom", False, "der Elefant"),
-])
+@pytest.mark.parametrize(
+    "noun, case, plural, german",
+    [
+        ("child", "dat", True, "den Kindern"),  # dative plural adds -n
+        ("car", "dat", True, "den Autos"),  # ... but not after -s
+        ("key", "dat", True, "den Schlüsseln"),
+        ("woman", "dat", True, "den Frauen"),  # ... nor after -n
+        ("student", "acc", False, "den Studenten"),  # weak masculine
+        ("neighbor", "dat", False, "dem Nachbarn"),
+        ("elephant", "nom", False, "der Elefant"),
+    ],
+)
 def test_noun_forms(noun, case, plural, german):
     assert noun_phrase(NP(noun, plural=plural), case)[1] == german
 
 
-@pytest.mark.parametrize("np", [NP("dog", "a", plural=True), NP("water", "a"), NP("water", plural=True),
-                                NP("dog", "bare"), NP("dog", "two")])
+@pytest.mark.parametrize(
+    "np", [NP("dog", "a", plural=True), NP("water", "a"), NP("water", plural=True), NP("dog", "bare"), NP("dog", "two")]
+)
 def test_ungrammatical_noun_phrases_are_refused(np):
     with pytest.raises(ValueError):
         noun_phrase(np, "nom")
 
 
-@pytest.mark.parametrize("clause", [
-    # `wirft einen Ball hinter das Haus` (direction, accusative) would be as right as the dative
-    Clause((NP("boy"),), "throw", NP("ball"), preposition="behind", prepositional_object=NP("house")),
-    Clause((NP("dog"),), "sleep", NP("ball")),  # an intransitive verb with an object
-    Clause((NP("dog"),), "see"),  # a transitive verb without one
-    Clause((NP("man"),), "see", NP("dog", "two", plural=True), negated=True),  # `nicht zwei Hunde`
-])
+@pytest.mark.parametrize(
+    "clause",
+    [
+        # `wirft einen Ball hinter das Haus` (direction, accusative) would be as right as the dative
+        Clause((NP("boy"),), "throw", NP("ball"), preposition="behind", prepositional_object=NP("house")),
+        Clause((NP("dog"),), "sleep", NP("ball")),  # an intransitive verb with an object
+        Clause((NP("dog"),), "see"),  # a transitive verb without one
+        Clause((NP("man"),), "see", NP("dog", "two", plural=True), negated=True),  # `nicht zwei Hunde`
+    ],
+)
 def test_clauses_outside_the_grammar_are_refused(clause):
     with pytest.raises(ValueError):
         render(clause)
@@ -172,8 +278,14 @@ def test_no_sentence_occurs_twice():
 
 
 def test_capitalization_and_punctuation():
-    noun_forms = {form for n in NOUNS.values() for case in ("nom", "acc", "dat") for plural in (False, True)
-                  if not (plural and n.mass) for form in [n.german(case, plural)]}
+    noun_forms = {
+        form
+        for n in NOUNS.values()
+        for case in ("nom", "acc", "dat")
+        for plural in (False, True)
+        if not (plural and n.mass)
+        for form in [n.german(case, plural)]
+    }
     for en, de in generate_corpus(3000, seed=1):
         assert en.endswith(".") and de.endswith(".") and ". " not in en + de
         assert en[0].isupper() and de[0].isupper()
@@ -198,7 +310,10 @@ def _read(folder, split, lang):
 def test_write_corpus_splits_are_disjoint(tmp_path):
     out = tmp_path / "corpus"
     assert write_corpus(out, train=1500, validation=200, test=300, seed=3) == {
-        "train": 1500, "validation": 200, "test": 300}
+        "train": 1500,
+        "validation": 200,
+        "test": 300,
+    }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # no temporary folder left
     sets = {}
     for split, size in (("train", 1500), ("validation", 200), ("test", 300)):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from corpora import bpe_multi30k, invoke, make_pairs, write_text_split  # noqa: F401  (fixtures)
 from transformers import AutoTokenizer
 
 from aiayn_cli.data.corpus import DataSpec, load_split
-from aiayn_cli.errors import AiaynError
 from aiayn_cli.data.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, train_tokenizer
-from corpora import bpe_multi30k, invoke, make_pairs, write_text_split  # noqa: F401  (fixtures)
+from aiayn_cli.errors import AiaynError
 
 UNK_ID = 3
 EXOTIC = ["Ein Café in Zürich 漢字 😀 ŋ ∑ ꙮ", "tab\there", "two  spaces and ünïcödé", "Moses , tokenized ' s text ."]
@@ -26,7 +26,12 @@ def test_multi30k_joint_bpe_round_trips_and_never_emits_unk(bpe_multi30k, multi3
     tokenizer = bpe_multi30k
     assert len(tokenizer) == 10000
     assert tokenizer.convert_ids_to_tokens(list(range(4))) == list(SPECIAL_TOKENS)
-    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (0, 1, 2, 3)
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (
+        0,
+        1,
+        2,
+        3,
+    )
     validation = load_split(DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de"), "validation")
     for side in ("source", "target"):
         sentences = list(validation[side])
@@ -116,8 +121,22 @@ def test_a_failure_while_saving_leaves_nothing(tmp_path, monkeypatch):
 
 def test_cli_train_tokenizer(tmp_path, capsys):
     write_text_split(tmp_path / "data", "train", make_pairs(200, seed=7))
-    code, out, err = invoke(capsys, "train-tokenizer", "--data-dir", tmp_path / "data", "-s", "en", "-t", "de",
-                            "--vocab-size", "400", "--max-sentences", "150", "-o", tmp_path / "tok")
+    code, out, err = invoke(
+        capsys,
+        "train-tokenizer",
+        "--data-dir",
+        tmp_path / "data",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--vocab-size",
+        "400",
+        "--max-sentences",
+        "150",
+        "-o",
+        tmp_path / "tok",
+    )
     assert code == 0, err
     assert "200 pairs read, 200 kept" in err
     assert out.startswith("wrote a bpe tokenizer of") and str(tmp_path / "tok") in out

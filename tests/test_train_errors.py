@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT, run_cli
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
@@ -71,8 +70,9 @@ def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, token
 
     out = tmp_path / "run"
     save_recipe(load_recipe(TINY, {"output_dir": str(out), "tokenizer": str(tokenizer)}), out / "recipe.yaml")
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", out, "--tokenizer", tokenizer,
-                                 "--seed", "7")[::2])
+    line = one_error_line(
+        *aiayn(monkeypatch, capsys, "train", TINY, "-o", out, "--tokenizer", tokenizer, "--seed", "7")[::2]
+    )
     assert f"output folder {out} holds a different run (seed: 1 -> 7)" in line
     # a folder of other files
     other = tmp_path / "other"
@@ -80,8 +80,11 @@ def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, token
     (other / "notes.txt").write_text("mine")
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", other, "--tokenizer", tokenizer)[::2])
     assert "is not empty and holds no aiayn run" in line
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "new", "--tokenizer",
-                                 tokenizer, "--resume", other)[::2])
+    line = one_error_line(
+        *aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "new", "--tokenizer", tokenizer, "--resume", other)[
+            ::2
+        ]
+    )
     assert "not a complete checkpoint" in line
 
 
@@ -89,30 +92,50 @@ def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, 
     from transformers import AutoTokenizer
 
     size = len(AutoTokenizer.from_pretrained(tokenizer))
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "a", "--tokenizer", tokenizer,
-                                 "--set", "model.vocab_size=1000")[::2])
+    line = one_error_line(
+        *aiayn(
+            monkeypatch,
+            capsys,
+            "train",
+            TINY,
+            "-o",
+            tmp_path / "a",
+            "--tokenizer",
+            tokenizer,
+            "--set",
+            "model.vocab_size=1000",
+        )[::2]
+    )
     assert f"the tokenizer {tokenizer} has {size} tokens but model.vocab_size is 1000" in line
     # special ids that are not the model's
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3, "a": 4}
-    other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-                                    pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    other = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
     other.save_pretrained(tmp_path / "other-tok")
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "b", "--tokenizer",
-                                 tmp_path / "other-tok")[::2])
+    line = one_error_line(
+        *aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "b", "--tokenizer", tmp_path / "other-tok")[::2]
+    )
     assert "has pad id 3, but the model expects 0" in line
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "c", "--tokenizer",
-                                 tmp_path / "missing")[::2])
+    line = one_error_line(
+        *aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "c", "--tokenizer", tmp_path / "missing")[::2]
+    )
     assert f"cannot load the tokenizer {tmp_path / 'missing'}" in line
 
 
 def test_average_errors(monkeypatch, capsys, tmp_path):
     line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, "--last", "5", "-o", tmp_path / "x")[::2])
     assert "holds no checkpoints" in line
-    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, tmp_path, "--last", "5", "-o",
-                                 tmp_path / "x")[::2])
+    line = one_error_line(
+        *aiayn(monkeypatch, capsys, "average", tmp_path, tmp_path, "--last", "5", "-o", tmp_path / "x")[::2]
+    )
     assert "--last takes one run folder" in line
     line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, "-o", tmp_path / "x")[::2])
     assert "no model.safetensors" in line

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from conftest import REPO_ROOT, cli_env, run_cli
+from safetensors.torch import load_file
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 EN = [f"w{i}" for i in range(40)]
@@ -45,15 +44,33 @@ def task(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("task")
     data = write_dictionary_task(root / "data")
-    train_tokenizer(DataSpec(data_dir=str(data), source_lang="en", target_lang="de"), vocab_size=400,
-                    output_dir=root / "tok", show_progress=False)
-    return {"root": root, "data": data, "tokenizer": root / "tok",
-            "env": cli_env(HF_DATASETS_CACHE=str(root / "cache"), OMP_NUM_THREADS="1")}
+    train_tokenizer(
+        DataSpec(data_dir=str(data), source_lang="en", target_lang="de"),
+        vocab_size=400,
+        output_dir=root / "tok",
+        show_progress=False,
+    )
+    return {
+        "root": root,
+        "data": data,
+        "tokenizer": root / "tok",
+        "env": cli_env(HF_DATASETS_CACHE=str(root / "cache"), OMP_NUM_THREADS="1"),
+    }
 
 
 def train_args(task, output: Path, *extra: str) -> list[str]:
-    return ["train", str(TINY), "--data-dir", str(task["data"]), "--tokenizer", str(task["tokenizer"]),
-            "--output-dir", str(output), "--no-progress", *extra]
+    return [
+        "train",
+        str(TINY),
+        "--data-dir",
+        str(task["data"]),
+        "--tokenizer",
+        str(task["tokenizer"]),
+        "--output-dir",
+        str(output),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -83,8 +100,14 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-100", "checkpoint-200"]
     last = out / "checkpoint-200"
     names = {p.name for p in last.iterdir()}
-    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
-            "trainer_state.json", "training_state"} <= names
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "trainer_state.json",
+        "training_state",
+    } <= names
     state = json.loads((last / "trainer_state.json").read_text())
     assert state["step"] == 200 and state["best_step"] == 200
     model = AutoModelForSeq2SeqLM.from_pretrained(last)
@@ -102,8 +125,13 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
 
 
 def _start(task, output: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "aiayn_cli", *train_args(task, output, *extra)],
-                            env=task["env"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "aiayn_cli", *train_args(task, output, *extra)],
+        env=task["env"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _kill_when(process: subprocess.Popen, condition, timeout: float = 120.0, then_wait: float = 0.0) -> bool:
@@ -121,8 +149,20 @@ def _kill_when(process: subprocess.Popen, condition, timeout: float = 120.0, the
     return True
 
 
-RESUME_FLAGS = ("--max-steps", "60", "--set", "checkpoint_every_steps=3", "--set", "valid_every_steps=30",
-                "--set", "average_last=null", "--set", "keep_last=3", "--set", "trackers=[]")
+RESUME_FLAGS = (
+    "--max-steps",
+    "60",
+    "--set",
+    "checkpoint_every_steps=3",
+    "--set",
+    "valid_every_steps=30",
+    "--set",
+    "average_last=null",
+    "--set",
+    "keep_last=3",
+    "--set",
+    "trackers=[]",
+)
 
 
 @pytest.fixture(scope="module")
@@ -135,12 +175,13 @@ def uninterrupted(task):
 
 def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     out = tmp_path / "run"
-    for attempt in range(5):  # the kill must land after the first checkpoint and before the end
+    for _attempt in range(5):  # the kill must land after the first checkpoint and before the end
         process = _start(task, out, *RESUME_FLAGS)
         killed = _kill_when(process, lambda: (out / "checkpoint-3").is_dir(), then_wait=random.uniform(0.0, 1.0))
         if killed and not (out / "checkpoint-60").exists():
             break
         import shutil
+
         shutil.rmtree(out, ignore_errors=True)
     else:
         pytest.fail("could not kill the run in the middle")
@@ -153,8 +194,9 @@ def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     assert f"resuming from {out / f'checkpoint-{stopped_at}'}" in result.stderr
     assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
     # the metrics file has each step once, across the kill
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
-             if "train/loss" in line]
+    steps = [
+        json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if "train/loss" in line
+    ]
     assert steps == list(range(20, 61, 20))
 
 
@@ -164,12 +206,13 @@ def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
     from aiayn_cli.training.checkpoint import latest_checkpoint
 
     out = tmp_path / "run"
-    for attempt in range(10):  # kill -9 the moment a checkpoint's temporary folder appears
+    for _attempt in range(10):  # kill -9 the moment a checkpoint's temporary folder appears
         process = _start(task, out, *RESUME_FLAGS)
         killed = _kill_when(process, lambda: (out / "checkpoint-6").is_dir() and any(out.glob("checkpoint-*.tmp")))
         if killed and any(out.glob("checkpoint-*.tmp")):
             break
         import shutil
+
         shutil.rmtree(out, ignore_errors=True)
     else:
         pytest.fail("could not kill the run during a checkpoint write")
@@ -195,8 +238,12 @@ def test_resume_of_a_finished_run_and_with_another_tokenizer(task, tmp_path, uni
     assert "trained 60 steps" in done.stdout and sorted(p.name for p in out.iterdir()) == before
     assert max_difference(weights(out / "checkpoint-60"), uninterrupted) == 0.0
     other = write_dictionary_task(tmp_path / "other-data", n_train=500, seed=5)
-    train_tokenizer(DataSpec(data_dir=str(other), source_lang="en", target_lang="de"), vocab_size=400,
-                    output_dir=tmp_path / "other-tok", show_progress=False)
+    train_tokenizer(
+        DataSpec(data_dir=str(other), source_lang="en", target_lang="de"),
+        vocab_size=400,
+        output_dir=tmp_path / "other-tok",
+        show_progress=False,
+    )
     args = train_args(task, out, *RESUME_FLAGS)
     args[args.index("--tokenizer") + 1] = str(tmp_path / "other-tok")
     result = run_cli(*args, env=task["env"])
@@ -214,7 +261,12 @@ def test_accelerate_decides_precision_unless_the_recipe_does(tmp_path):
         "print(make_accelerator(recipe).mixed_precision)\n"
     )
     for recipe_value, expected in (("null", "bf16"), ("no", "no")):
-        result = subprocess.run([sys.executable, "-c", script, recipe_value], capture_output=True, text=True,
-                                env=cli_env(ACCELERATE_MIXED_PRECISION="bf16"), cwd=REPO_ROOT)
+        result = subprocess.run(
+            [sys.executable, "-c", script, recipe_value],
+            capture_output=True,
+            text=True,
+            env=cli_env(ACCELERATE_MIXED_PRECISION="bf16"),
+            cwd=REPO_ROOT,
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip().splitlines()[-1] == expected

@@ -13,15 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import cli_env, run_cli
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.cli import main
-from aiayn_cli.errors import AiaynError
 from aiayn_cli.decoding.translator import Translator, decode_lines, make_batches
-from conftest import cli_env, run_cli
+from aiayn_cli.errors import AiaynError
 
-WORDS = ("a man woman dog cat runs walks sits on the in park street red blue small big young old "
-         "ball bike car house tree water near with under over").split()
+WORDS = (
+    "a man woman dog cat runs walks sits on the in park street red blue small big young old "
+    "ball bike car house tree water near with under over"
+).split()
 
 
 def sentences(n: int, seed: int, low: int = 1, high: int = 12) -> list[str]:
@@ -41,15 +43,17 @@ def tiny_tokenizer():
     trainer = trainers.BpeTrainer(vocab_size=90, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
     tokenizer.train_from_iterator(sentences(500, seed=0), trainer)
     tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 def tiny_model(vocab_size: int) -> AiaynForConditionalGeneration:
     """A random tiny model (64 positions) whose outputs end at varied lengths (see test_decoding)."""
     torch.manual_seed(0)
-    config = AiaynConfig.from_preset("tiny", vocab_size=vocab_size, max_position_embeddings=64,
-                                     tie_word_embeddings=False)
+    config = AiaynConfig.from_preset(
+        "tiny", vocab_size=vocab_size, max_position_embeddings=64, tie_word_embeddings=False
+    )
     model = AiaynForConditionalGeneration(config).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(3.0)
@@ -128,7 +132,9 @@ def test_batch_size_1_and_64_give_the_same_translations(translator):
     one = translator.translate_nbest(inputs, batch_size=1, nbest=4)
     many = translator.translate_nbest(inputs, batch_size=64, nbest=4)
     by_tokens = translator.translate_nbest(inputs, batch_size=64, max_tokens=200, nbest=4)
-    assert [[t for t, _ in h] for h in one] == [[t for t, _ in h] for h in many] == [[t for t, _ in h] for h in by_tokens]
+    assert (
+        [[t for t, _ in h] for h in one] == [[t for t, _ in h] for h in many] == [[t for t, _ in h] for h in by_tokens]
+    )
     for a, b in zip(one, many):
         assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-4)
     assert len({h[0][0] for h in one}) > 10  # the translations differ from sentence to sentence
@@ -199,17 +205,32 @@ def test_stdin_1000_hostile_lines(model_dir):
         lambda: b"",
         lambda: b"   \t ",
         lambda: " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 10))).encode(),
-        lambda: "a dog \U0001F415\U0001F3F3\ufe0f\u200d\U0001F308 runs \U0001F600".encode(),
-        lambda: "\u05d0\u05d9\u05e9 \u05e8\u05e5 \u0631\u062c\u0644 \u064a\u062c\u0631\u064a \u202b\u05dc\u202c".encode(),
+        lambda: "a dog \U0001f415\U0001f3f3\ufe0f\u200d\U0001f308 runs \U0001f600".encode(),
+        lambda: (
+            "\u05d0\u05d9\u05e9 \u05e8\u05e5 \u0631\u062c\u0644 \u064a\u062c\u0631\u064a \u202b\u05dc\u202c".encode()
+        ),
         lambda: " ".join(["man"] * 2000).encode(),
         lambda: b"a man \xff\xfe\xc3( runs \x80",
-        lambda: "ends with a carriage return\r".encode(),
+        lambda: b"ends with a carriage return\r",
         lambda: "tab\tand\u2028line separator\u0085and nul \x00".encode(),
     ]
     lines = [kinds[i % len(kinds)]() for i in range(1000)]
     rng.shuffle(lines)
-    result = run_cli("translate", "--model", model_dir, "--threads", "1", "--beam", "2", "--max-len-a", "0", "--max-len-b", "4",
-                     input=b"\n".join(lines) + b"\n", timeout=300)
+    result = run_cli(
+        "translate",
+        "--model",
+        model_dir,
+        "--threads",
+        "1",
+        "--beam",
+        "2",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "4",
+        input=b"\n".join(lines) + b"\n",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     out = result.stdout.split(b"\n")
     assert out[-1] == b"" and len(out) - 1 == 1000
@@ -229,9 +250,13 @@ def test_stdin_1000_hostile_lines(model_dir):
 
 def test_stdin_is_streamed_line_by_line(model_dir):
     """Each translation comes out as soon as its line has been read, before the input ends."""
-    process = subprocess.Popen([sys.executable, "-m", "aiayn_cli", "translate", "--model", str(model_dir), "-b", "2",
-                                "--threads", "1"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aiayn_cli", "translate", "--model", str(model_dir), "-b", "2", "--threads", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
     try:
         got = []
         for line in (b"a man runs in the park\n", b"\n", b"the red dog\n"):
@@ -272,20 +297,47 @@ def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
 
 
 def test_nbest_sampling_and_greedy(model_dir, monkeypatch, capsysbinary):
-    code, out, err = run_main(monkeypatch, capsysbinary, "translate", "-m", model_dir, "--beam", "3", "--nbest", "3",
-                              "a man runs", "")
+    code, out, err = run_main(
+        monkeypatch, capsysbinary, "translate", "-m", model_dir, "--beam", "3", "--nbest", "3", "a man runs", ""
+    )
     assert code == 0, err
     lines = out.decode().splitlines()
-    assert len(lines) == 6 and [l.split(" ||| ")[0] for l in lines] == ["0", "0", "0", "1", "1", "1"]
-    scores = [float(l.split(" ||| ")[2]) for l in lines[:3]]
+    assert len(lines) == 6 and [line.split(" ||| ")[0] for line in lines] == ["0", "0", "0", "1", "1", "1"]
+    scores = [float(line.split(" ||| ")[2]) for line in lines[:3]]
     assert scores == sorted(scores, reverse=True)
 
-    args = ("translate", "-m", model_dir, "--sample", "--seed", "5", "--top-k", "10", "--temperature", "2",
-            "a man runs", "the dog sits")
+    args = (
+        "translate",
+        "-m",
+        model_dir,
+        "--sample",
+        "--seed",
+        "5",
+        "--top-k",
+        "10",
+        "--temperature",
+        "2",
+        "a man runs",
+        "the dog sits",
+    )
     first, second = (run_main(monkeypatch, capsysbinary, *args) for _ in range(2))
     assert first[0] == 0 and first[1] == second[1]
-    code, out, err = run_main(monkeypatch, capsysbinary, "translate", "-m", model_dir, "--beam", "1",
-                              "--length-penalty-style", "hf", "--dtype", "bf16", "--device", "cpu", "a man")
+    code, out, err = run_main(
+        monkeypatch,
+        capsysbinary,
+        "translate",
+        "-m",
+        model_dir,
+        "--beam",
+        "1",
+        "--length-penalty-style",
+        "hf",
+        "--dtype",
+        "bf16",
+        "--device",
+        "cpu",
+        "a man",
+    )
     assert code == 0 and len(out.splitlines()) == 1, err
 
 
@@ -303,6 +355,14 @@ def test_user_errors_exit_2_with_one_line(model_dir, monkeypatch, capsysbinary):
         code, out, err = run_main(monkeypatch, capsysbinary, "translate", "-m", model_dir, *extra, stdin=stdin)
         assert code == 2, (extra, err)
         assert err.startswith("error: ") and message in err and "Traceback" not in err, (extra, err)
-    code, out, err = run_main(monkeypatch, capsysbinary, "translate", "-m", model_dir, "--on-long", "skip",
-                              stdin=b"a dog\n" + long.encode() + b"\n")
+    code, out, err = run_main(
+        monkeypatch,
+        capsysbinary,
+        "translate",
+        "-m",
+        model_dir,
+        "--on-long",
+        "skip",
+        stdin=b"a dog\n" + long.encode() + b"\n",
+    )
     assert code == 0 and out.split(b"\n")[1] == b"" and "stdin line 2:" in err and "skipped" in err

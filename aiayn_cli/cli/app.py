@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from .. import __version__
-from .commands import average, evaluate, push, quickstart, train, train_tokenizer, translate
 from ..errors import AiaynError
+from .commands import average, evaluate, push, quickstart, train, train_tokenizer, translate
 
 app = typer.Typer(
     name="aiayn",
@@ -37,7 +37,7 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def root(
     version: Annotated[
-        Optional[bool],
+        bool | None,
         typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,

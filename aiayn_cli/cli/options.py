@@ -18,7 +18,7 @@ A command declares the data options it needs with these aliases and builds its `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -26,46 +26,116 @@ from ..data.corpus import DataSpec
 
 PANEL = "Data"
 
-DatasetOpt = Annotated[Optional[str], typer.Option(
-    "--dataset", rich_help_panel=PANEL,
-    help="A Hub dataset in the translation format (e.g. wmt14), or a folder written by save_to_disk.")]
-DatasetConfigOpt = Annotated[Optional[str], typer.Option(
-    "--dataset-config", rich_help_panel=PANEL, help="The Hub dataset's configuration (e.g. de-en for wmt14).")]
-DataDirOpt = Annotated[Optional[Path], typer.Option(
-    "--data-dir", rich_help_panel=PANEL,
-    help="A folder of {split}.{lang} text files (or {split}.jsonl / {split}.tsv); "
-         "validation is also found as val/valid/dev, test as test2016.")]
-PrefixOpt = Annotated[Optional[str], typer.Option(
-    "--prefix", rich_help_panel=PANEL,
-    help="Path prefix of two text files: PREFIX.{source-lang} and PREFIX.{target-lang}; may contain {split}.")]
-SourceFileOpt = Annotated[Optional[Path], typer.Option(
-    "--source-file", rich_help_panel=PANEL, help="Source sentences, one per line (with --target-file).")]
-TargetFileOpt = Annotated[Optional[Path], typer.Option(
-    "--target-file", rich_help_panel=PANEL, help="Target sentences, one per line, aligned with --source-file.")]
-DataFileOpt = Annotated[Optional[Path], typer.Option(
-    "--data-file", rich_help_panel=PANEL,
-    help="One TSV (source<TAB>target) or JSONL (translation format) file; may contain {split}.")]
-DataFormatOpt = Annotated[Optional[str], typer.Option(
-    "--data-format", rich_help_panel=PANEL, help="Format of --data-file when its extension does not say: tsv or jsonl.")]
-SourceLangOpt = Annotated[Optional[str], typer.Option(
-    "--source-lang", "-s", rich_help_panel=PANEL, help="Source language code (file suffix and translation key), e.g. en.")]
-TargetLangOpt = Annotated[Optional[str], typer.Option(
-    "--target-lang", "-t", rich_help_panel=PANEL, help="Target language code, e.g. de.")]
-SourceColumnOpt = Annotated[Optional[str], typer.Option(
-    "--source-column", rich_help_panel=PANEL,
-    help="Column of the source sentences: a name (nested keys with dots) or, for TSV, a 0-based index.")]
-TargetColumnOpt = Annotated[Optional[str], typer.Option(
-    "--target-column", rich_help_panel=PANEL, help="Column of the target sentences, as --source-column.")]
-SplitOpt = Annotated[str, typer.Option(
-    "--split", rich_help_panel=PANEL, help="Which split to read: train, validation or test (or a dataset's own name).")]
-MaxLengthOpt = Annotated[Optional[int], typer.Option(
-    "--max-length", min=1, rich_help_panel=PANEL,
-    help="Drop pairs with a side longer than this many whitespace-separated tokens (counted and reported).")]
-MaxRatioOpt = Annotated[Optional[float], typer.Option(
-    "--max-ratio", min=1.0, rich_help_panel=PANEL,
-    help="Drop pairs whose longer side has more than this many times the tokens of the shorter one.")]
-DedupOpt = Annotated[bool, typer.Option(
-    "--dedup/--no-dedup", rich_help_panel=PANEL, help="Drop repeated identical sentence pairs.")]
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dataset",
+        rich_help_panel=PANEL,
+        help="A Hub dataset in the translation format (e.g. wmt14), or a folder written by save_to_disk.",
+    ),
+]
+DatasetConfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dataset-config", rich_help_panel=PANEL, help="The Hub dataset's configuration (e.g. de-en for wmt14)."
+    ),
+]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        rich_help_panel=PANEL,
+        help="A folder of {split}.{lang} text files (or {split}.jsonl / {split}.tsv); "
+        "validation is also found as val/valid/dev, test as test2016.",
+    ),
+]
+PrefixOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefix",
+        rich_help_panel=PANEL,
+        help="Path prefix of two text files: PREFIX.{source-lang} and PREFIX.{target-lang}; may contain {split}.",
+    ),
+]
+SourceFileOpt = Annotated[
+    Path | None,
+    typer.Option("--source-file", rich_help_panel=PANEL, help="Source sentences, one per line (with --target-file)."),
+]
+TargetFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--target-file", rich_help_panel=PANEL, help="Target sentences, one per line, aligned with --source-file."
+    ),
+]
+DataFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-file",
+        rich_help_panel=PANEL,
+        help="One TSV (source<TAB>target) or JSONL (translation format) file; may contain {split}.",
+    ),
+]
+DataFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--data-format",
+        rich_help_panel=PANEL,
+        help="Format of --data-file when its extension does not say: tsv or jsonl.",
+    ),
+]
+SourceLangOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--source-lang",
+        "-s",
+        rich_help_panel=PANEL,
+        help="Source language code (file suffix and translation key), e.g. en.",
+    ),
+]
+TargetLangOpt = Annotated[
+    str | None, typer.Option("--target-lang", "-t", rich_help_panel=PANEL, help="Target language code, e.g. de.")
+]
+SourceColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--source-column",
+        rich_help_panel=PANEL,
+        help="Column of the source sentences: a name (nested keys with dots) or, for TSV, a 0-based index.",
+    ),
+]
+TargetColumnOpt = Annotated[
+    str | None,
+    typer.Option("--target-column", rich_help_panel=PANEL, help="Column of the target sentences, as --source-column."),
+]
+SplitOpt = Annotated[
+    str,
+    typer.Option(
+        "--split",
+        rich_help_panel=PANEL,
+        help="Which split to read: train, validation or test (or a dataset's own name).",
+    ),
+]
+MaxLengthOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-length",
+        min=1,
+        rich_help_panel=PANEL,
+        help="Drop pairs with a side longer than this many whitespace-separated tokens (counted and reported).",
+    ),
+]
+MaxRatioOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-ratio",
+        min=1.0,
+        rich_help_panel=PANEL,
+        help="Drop pairs whose longer side has more than this many times the tokens of the shorter one.",
+    ),
+]
+DedupOpt = Annotated[
+    bool, typer.Option("--dedup/--no-dedup", rich_help_panel=PANEL, help="Drop repeated identical sentence pairs.")
+]
 
 
 def data_spec(
@@ -87,17 +157,42 @@ def data_spec(
 ) -> DataSpec:
     """The `DataSpec` for the data options of a command, checked (raises `AiaynError`)."""
     spec = DataSpec(
-        dataset=dataset, dataset_config=dataset_config, data_dir=data_dir, prefix=prefix,
-        source_file=source_file, target_file=target_file, data_file=data_file, data_format=data_format,
-        source_lang=source_lang, target_lang=target_lang, source_column=source_column,
-        target_column=target_column, max_length=max_length, max_ratio=max_ratio, dedup=dedup,
+        dataset=dataset,
+        dataset_config=dataset_config,
+        data_dir=data_dir,
+        prefix=prefix,
+        source_file=source_file,
+        target_file=target_file,
+        data_file=data_file,
+        data_format=data_format,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        source_column=source_column,
+        target_column=target_column,
+        max_length=max_length,
+        max_ratio=max_ratio,
+        dedup=dedup,
     )
     spec.validate()
     return spec
 
 
 __all__ = [
-    "DataDirOpt", "DataFileOpt", "DataFormatOpt", "DatasetConfigOpt", "DatasetOpt", "DedupOpt", "MaxLengthOpt",
-    "MaxRatioOpt", "PrefixOpt", "SourceColumnOpt", "SourceFileOpt", "SourceLangOpt", "SplitOpt",
-    "TargetColumnOpt", "TargetFileOpt", "TargetLangOpt", "data_spec",
+    "DataDirOpt",
+    "DataFileOpt",
+    "DataFormatOpt",
+    "DatasetConfigOpt",
+    "DatasetOpt",
+    "DedupOpt",
+    "MaxLengthOpt",
+    "MaxRatioOpt",
+    "PrefixOpt",
+    "SourceColumnOpt",
+    "SourceFileOpt",
+    "SourceLangOpt",
+    "SplitOpt",
+    "TargetColumnOpt",
+    "TargetFileOpt",
+    "TargetLangOpt",
+    "data_spec",
 ]

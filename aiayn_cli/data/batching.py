@@ -58,12 +58,14 @@ from ..errors import AiaynError
 
 _TOKENIZE_VERSION = "1"
 
-TOKENIZED_FEATURES = datasets.Features({
-    "input_ids": datasets.List(datasets.Value("int32")),
-    "labels": datasets.List(datasets.Value("int32")),
-    "src_len": datasets.Value("int32"),
-    "tgt_len": datasets.Value("int32"),
-})
+TOKENIZED_FEATURES = datasets.Features(
+    {
+        "input_ids": datasets.List(datasets.Value("int32")),
+        "labels": datasets.List(datasets.Value("int32")),
+        "src_len": datasets.Value("int32"),
+        "tgt_len": datasets.Value("int32"),
+    }
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,28 +100,36 @@ def tokenize_split(
     """
     missing = {"source", "target"} - set(dataset.column_names)
     if missing:
-        raise AiaynError(f"cannot tokenize: the dataset has no column {', '.join(sorted(missing))} "
-                         f"(columns: {', '.join(dataset.column_names)})")
+        raise AiaynError(
+            f"cannot tokenize: the dataset has no column {', '.join(sorted(missing))} "
+            f"(columns: {', '.join(dataset.column_names)})"
+        )
     if max_length is not None and max_length < 2:
         raise AiaynError(f"--max-length must be at least 2 tokens (one and </s>), got {max_length}")
     backend = _with_large_cache(getattr(tokenizer, "backend_tokenizer", tokenizer))
-    key = xxhash.xxh3_128_hexdigest("|".join(
-        [_TOKENIZE_VERSION, dataset._fingerprint, backend.to_str(), str(max_length)]).encode())
+    key = xxhash.xxh3_128_hexdigest(
+        "|".join([_TOKENIZE_VERSION, dataset._fingerprint, backend.to_str(), str(max_length)]).encode()
+    )
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Arrow in, Arrow out: a third faster than Python lists on Multi30k.
-    tokenized = dataset.select_columns(["source", "target"]).with_format("arrow").map(
-        _encode_pairs,
-        batched=True,
-        batch_size=1000,
-        num_proc=num_proc,
-        remove_columns=["source", "target"],
-        features=TOKENIZED_FEATURES,
-        fn_kwargs={"tokenizer": backend, "max_length": max_length},
-        cache_file_name=str(cache_dir / f"tokenized-{key}.arrow"),
-        new_fingerprint=key,
-        desc="Tokenizing",
-    ).with_format(None)
+    tokenized = (
+        dataset.select_columns(["source", "target"])
+        .with_format("arrow")
+        .map(
+            _encode_pairs,
+            batched=True,
+            batch_size=1000,
+            num_proc=num_proc,
+            remove_columns=["source", "target"],
+            features=TOKENIZED_FEATURES,
+            fn_kwargs={"tokenizer": backend, "max_length": max_length},
+            cache_file_name=str(cache_dir / f"tokenized-{key}.arrow"),
+            new_fingerprint=key,
+            desc="Tokenizing",
+        )
+        .with_format(None)
+    )
     tokenized.num_too_long = len(dataset) - len(tokenized)
     return tokenized
 
@@ -133,9 +143,20 @@ def _with_large_cache(tokenizer: Tokenizer, words: int = 1 << 18) -> Tokenizer:
         return tokenizer
     copy = Tokenizer.from_str(tokenizer.to_str())
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    options = ("unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges")
-    copy.model = models.BPE(vocab=model["vocab"], merges=merges, cache_capacity=words,
-                            **{name: model[name] for name in options if model.get(name) is not None})
+    options = (
+        "unk_token",
+        "continuing_subword_prefix",
+        "end_of_word_suffix",
+        "fuse_unk",
+        "byte_fallback",
+        "ignore_merges",
+    )
+    copy.model = models.BPE(
+        vocab=model["vocab"],
+        merges=merges,
+        cache_capacity=words,
+        **{name: model[name] for name in options if model.get(name) is not None},
+    )
     return copy
 
 
@@ -187,8 +208,18 @@ class TokenBatchSampler(Sampler[list[int]]):
         start_batch: the batch of this process's epoch that the next iteration starts at.
     """
 
-    def __init__(self, src_lengths, tgt_lengths, max_tokens: int, shuffle: bool = True, seed: int = 0,
-                 num_replicas: int = 1, rank: int = 0, max_sentences: int | None = None, start_batch: int = 0):
+    def __init__(
+        self,
+        src_lengths,
+        tgt_lengths,
+        max_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        max_sentences: int | None = None,
+        start_batch: int = 0,
+    ):
         self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
         self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
         if self.src_lengths.shape != self.tgt_lengths.shape or self.src_lengths.ndim != 1:
@@ -199,8 +230,10 @@ class TokenBatchSampler(Sampler[list[int]]):
             raise AiaynError(f"{len(self.src_lengths)} sentence pairs cannot feed {num_replicas} processes")
         longest = int(max(self.src_lengths.max(), self.tgt_lengths.max()))
         if max_tokens < longest:
-            raise AiaynError(f"--max-tokens {max_tokens} is less than the longest sentence ({longest} tokens); "
-                             "raise it or drop long pairs with --max-length")
+            raise AiaynError(
+                f"--max-tokens {max_tokens} is less than the longest sentence ({longest} tokens); "
+                "raise it or drop long pairs with --max-length"
+            )
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
         self.shuffle, self.seed = shuffle, seed
         self.num_replicas, self.rank = num_replicas, rank
@@ -209,7 +242,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.set_start(start_batch)
 
     @classmethod
-    def from_dataset(cls, dataset: datasets.Dataset, max_tokens: int, **kwargs) -> "TokenBatchSampler":
+    def from_dataset(cls, dataset: datasets.Dataset, max_tokens: int, **kwargs) -> TokenBatchSampler:
         """A sampler over the `src_len` and `tgt_len` columns of a `tokenize_split` result."""
         table = dataset.flatten_indices().data if dataset._indices is not None else dataset.data
         return cls(table.column("src_len").to_numpy(), table.column("tgt_len").to_numpy(), max_tokens, **kwargs)
@@ -254,7 +287,7 @@ class TokenBatchSampler(Sampler[list[int]]):
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.batches))
         else:
             order = np.arange(len(self.batches))
-        return [self.batches[i].tolist() for i in order[self.rank::self.num_replicas]]
+        return [self.batches[i].tolist() for i in order[self.rank :: self.num_replicas]]
 
     def __iter__(self):
         start, self.start_batch = self.start_batch, 0
@@ -265,13 +298,21 @@ class TokenBatchSampler(Sampler[list[int]]):
         return self.num_batches - self.start_batch
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "start_batch": self.start_batch, "seed": self.seed,
-                "num_replicas": self.num_replicas}
+        return {
+            "epoch": self.epoch,
+            "start_batch": self.start_batch,
+            "seed": self.seed,
+            "num_replicas": self.num_replicas,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("seed", self.seed) != self.seed or state.get("num_replicas", self.num_replicas) != self.num_replicas:
-            raise AiaynError("the saved batch order was made with another seed or number of processes; "
-                             "resume with the same ones")
+        if (
+            state.get("seed", self.seed) != self.seed
+            or state.get("num_replicas", self.num_replicas) != self.num_replicas
+        ):
+            raise AiaynError(
+                "the saved batch order was made with another seed or number of processes; resume with the same ones"
+            )
         self.set_epoch(state["epoch"])
         self.set_start(state["start_batch"])
 
@@ -315,8 +356,10 @@ class Seq2SeqCollator:
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         input_ids = self._pad([row["input_ids"] for row in features], self.pad_token_id)
         lengths = torch.tensor([len(row["input_ids"]) for row in features])
-        batch = {"input_ids": input_ids,
-                 "attention_mask": (torch.arange(input_ids.size(1)) < lengths[:, None]).long()}  # (B, S)
+        batch = {
+            "input_ids": input_ids,
+            "attention_mask": (torch.arange(input_ids.size(1)) < lengths[:, None]).long(),
+        }  # (B, S)
         if "labels" in features[0]:
             batch["labels"] = self._pad([row["labels"] for row in features], self.label_pad_id)
         return batch
@@ -327,7 +370,7 @@ class Seq2SeqCollator:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
         out = torch.full((len(sequences), width), value, dtype=torch.long)
         for row, sequence in enumerate(sequences):
-            out[row, :len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+            out[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
         return out
 
 
@@ -353,11 +396,24 @@ def token_batch_loader(
     """
     num_replicas = accelerator.num_processes if accelerator is not None else 1
     rank = accelerator.process_index if accelerator is not None else 0
-    sampler = TokenBatchSampler.from_dataset(dataset, max_tokens, shuffle=shuffle, seed=seed,
-                                             num_replicas=num_replicas, rank=rank, **sampler_kwargs)
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=Seq2SeqCollator(pad_token_id),
-                      num_workers=num_workers, persistent_workers=num_workers > 0)
+    sampler = TokenBatchSampler.from_dataset(
+        dataset, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank, **sampler_kwargs
+    )
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=Seq2SeqCollator(pad_token_id),
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
 
 
-__all__ = ["Seq2SeqCollator", "TOKENIZED_FEATURES", "TokenBatchSampler", "collate", "default_cache_dir",
-           "token_batch_loader", "tokenize_split"]
+__all__ = [
+    "Seq2SeqCollator",
+    "TOKENIZED_FEATURES",
+    "TokenBatchSampler",
+    "collate",
+    "default_cache_dir",
+    "token_batch_loader",
+    "tokenize_split",
+]

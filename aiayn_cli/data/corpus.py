@@ -99,18 +99,31 @@ class DataSpec:
 
     def validate(self) -> None:
         """Raise `AiaynError` for a spec that names no source, or more than one, or bad limits."""
-        given = [name for name, value in (
-            ("--dataset", self.dataset), ("--data-dir", self.data_dir), ("--prefix", self.prefix),
-            ("--source-file/--target-file", self.source_file or self.target_file), ("--data-file", self.data_file),
-        ) if value]
+        given = [
+            name
+            for name, value in (
+                ("--dataset", self.dataset),
+                ("--data-dir", self.data_dir),
+                ("--prefix", self.prefix),
+                ("--source-file/--target-file", self.source_file or self.target_file),
+                ("--data-file", self.data_file),
+            )
+            if value
+        ]
         if not given:
-            raise AiaynError("no data given: use --dataset, --data-dir, --prefix, --source-file/--target-file or --data-file")
+            raise AiaynError(
+                "no data given: use --dataset, --data-dir, --prefix, --source-file/--target-file or --data-file"
+            )
         if len(given) > 1:
             raise AiaynError(f"give one data source, not {' and '.join(given)}")
         if bool(self.source_file) != bool(self.target_file):
             raise AiaynError("--source-file and --target-file go together: give both")
-        needs_langs = self.dataset or self.data_dir or self.prefix or (
-            self.data_file and _file_format(self) == "jsonl" and not (self.source_column and self.target_column))
+        needs_langs = (
+            self.dataset
+            or self.data_dir
+            or self.prefix
+            or (self.data_file and _file_format(self) == "jsonl" and not (self.source_column and self.target_column))
+        )
         if needs_langs and not (self.source_lang and self.target_lang):
             raise AiaynError("--source-lang (-s) and --target-lang (-t) are required for this data source")
         if self.max_length is not None and self.max_length < 1:
@@ -149,8 +162,10 @@ class CleaningReport:
             parts.append(f"{self.bad_ratio} past length ratio {self.limits['max_ratio']:g}")
         if self.limits.get("dedup"):
             parts.append(f"{self.duplicates} duplicates")
-        return (f"{self.split} ({self.origin}): {self.read} pairs read, {self.kept} kept; dropped "
-                f"{', '.join(parts)}; stripped whitespace in {self.stripped}")
+        return (
+            f"{self.split} ({self.origin}): {self.read} pairs read, {self.kept} kept; dropped "
+            f"{', '.join(parts)}; stripped whitespace in {self.stripped}"
+        )
 
 
 def split_candidates(split: str) -> tuple[str, ...]:
@@ -230,8 +245,9 @@ def _load_hub_split(spec: DataSpec, split: str, origin: str) -> datasets.Dataset
     raise AiaynError(f"dataset {origin} has no split {split!r}{detail}")
 
 
-def _translation_pair(dataset: datasets.Dataset, spec: DataSpec, origin: str,
-                      where: str) -> tuple[pa.Array, pa.Array, str, str]:
+def _translation_pair(
+    dataset: datasets.Dataset, spec: DataSpec, origin: str, where: str
+) -> tuple[pa.Array, pa.Array, str, str]:
     """Source and target sentences of a Hub-style dataset, with a fingerprint of where they came from."""
     flat = _flatten(dataset)
     source, target = _pair_columns(flat, spec, where)
@@ -247,8 +263,10 @@ def _pair_columns(flat: datasets.Dataset, spec: DataSpec, where: str) -> tuple[s
     """
     columns = flat.column_names
     if spec.source_column or spec.target_column:
-        chosen = (spec.source_column or f"translation.{spec.source_lang}",
-                  spec.target_column or f"translation.{spec.target_lang}")
+        chosen = (
+            spec.source_column or f"translation.{spec.source_lang}",
+            spec.target_column or f"translation.{spec.target_lang}",
+        )
         for option, name in zip(("--source-column", "--target-column"), chosen):
             if name not in columns:
                 raise AiaynError(f"{where}: no column {name!r} for {option} (columns: {', '.join(columns)})")
@@ -258,13 +276,17 @@ def _pair_columns(flat: datasets.Dataset, spec: DataSpec, where: str) -> tuple[s
     if keys:
         for option, lang in zip(("--source-lang", "--target-lang"), langs):
             if lang not in keys:
-                raise AiaynError(f"{where}: language {lang!r} ({option}) is not a key of the translation "
-                                 f"column (keys: {', '.join(keys)})")
+                raise AiaynError(
+                    f"{where}: language {lang!r} ({option}) is not a key of the translation "
+                    f"column (keys: {', '.join(keys)})"
+                )
         return f"translation.{langs[0]}", f"translation.{langs[1]}"
     if all(lang in columns for lang in langs):
         return langs[0], langs[1]
-    raise AiaynError(f"{where}: no 'translation' column and no columns {langs[0]!r} and {langs[1]!r} "
-                     f"(columns: {', '.join(columns)}); name them with --source-column/--target-column")
+    raise AiaynError(
+        f"{where}: no 'translation' column and no columns {langs[0]!r} and {langs[1]!r} "
+        f"(columns: {', '.join(columns)}); name them with --source-column/--target-column"
+    )
 
 
 def _flatten(dataset: datasets.Dataset) -> datasets.Dataset:
@@ -303,8 +325,10 @@ def _file_format(spec: DataSpec) -> str:
     suffix = Path(str(spec.data_file)).suffix.lower()
     formats = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
     if suffix not in formats:
-        raise AiaynError(f"--data-file {spec.data_file}: cannot tell the format from {suffix or 'no extension'!r}; "
-                         "use a .tsv or .jsonl name, or --data-format")
+        raise AiaynError(
+            f"--data-file {spec.data_file}: cannot tell the format from {suffix or 'no extension'!r}; "
+            "use a .tsv or .jsonl name, or --data-format"
+        )
     return formats[suffix]
 
 
@@ -323,14 +347,18 @@ def _load_local(spec: DataSpec, split: str) -> tuple[pa.Array, pa.Array, str, st
                 if (directory / f"{name}.{fmt}").is_file():
                     return _read_one_file(directory / f"{name}.{fmt}", fmt, spec)
             looked.append(f"{name}.{spec.source_lang}+{name}.{spec.target_lang}")
-        raise AiaynError(f"--data-dir {directory}: no {split} data for {spec.source_lang}-{spec.target_lang} "
-                         f"(looked for {', '.join(looked)}, and .jsonl/.tsv)")
+        raise AiaynError(
+            f"--data-dir {directory}: no {split} data for {spec.source_lang}-{spec.target_lang} "
+            f"(looked for {', '.join(looked)}, and .jsonl/.tsv)"
+        )
     if spec.prefix:
         prefix = _existing_split_path(spec.prefix, candidates, suffix=f".{spec.source_lang}")
         return _read_text_pair(Path(f"{prefix}.{spec.source_lang}"), Path(f"{prefix}.{spec.target_lang}"))
     if spec.source_file:
-        return _read_text_pair(Path(_existing_split_path(str(spec.source_file), candidates)),
-                               Path(_existing_split_path(str(spec.target_file), candidates)))
+        return _read_text_pair(
+            Path(_existing_split_path(str(spec.source_file), candidates)),
+            Path(_existing_split_path(str(spec.target_file), candidates)),
+        )
     path = Path(_existing_split_path(str(spec.data_file), candidates))
     return _read_one_file(path, _file_format(spec), spec)
 
@@ -376,10 +404,10 @@ def _read_text_pair(source_path: Path, target_path: Path) -> tuple[pa.Array, pa.
     source, source_bytes = read_lines(source_path)
     target, target_bytes = read_lines(target_path)
     if len(source) != len(target):
-        raise AiaynError(f"line counts differ: {source_path} has {len(source)} lines, "
-                         f"{target_path} has {len(target)}")
-    fingerprint = xxhash.xxh3_128_hexdigest(b"text|" + xxhash.xxh3_128_digest(source_bytes)
-                                            + xxhash.xxh3_128_digest(target_bytes))
+        raise AiaynError(f"line counts differ: {source_path} has {len(source)} lines, {target_path} has {len(target)}")
+    fingerprint = xxhash.xxh3_128_hexdigest(
+        b"text|" + xxhash.xxh3_128_digest(source_bytes) + xxhash.xxh3_128_digest(target_bytes)
+    )
     return pa.array(source, pa.string()), pa.array(target, pa.string()), f"{source_path}, {target_path}", fingerprint
 
 
@@ -388,7 +416,9 @@ def _read_one_file(path: Path, fmt: str, spec: DataSpec) -> tuple[pa.Array, pa.A
     digest = xxhash.xxh3_128_digest(data)
     if fmt == "tsv":
         source, target = _parse_tsv(lines, path, spec)
-        fingerprint = xxhash.xxh3_128_hexdigest(b"tsv|" + digest + repr((spec.source_column, spec.target_column)).encode())
+        fingerprint = xxhash.xxh3_128_hexdigest(
+            b"tsv|" + digest + repr((spec.source_column, spec.target_column)).encode()
+        )
         return pa.array(source, pa.string()), pa.array(target, pa.string()), str(path), fingerprint
     dataset = datasets.Dataset(_parse_jsonl(lines, path), fingerprint=xxhash.xxh3_128_hexdigest(b"jsonl|" + digest))
     return _translation_pair(dataset, spec, str(path), str(path))  # from here on, the Hub code
@@ -396,7 +426,10 @@ def _read_one_file(path: Path, fmt: str, spec: DataSpec) -> tuple[pa.Array, pa.A
 
 def _parse_tsv(lines: list[str], path: Path, spec: DataSpec) -> tuple[list[str], list[str]]:
     columns = []
-    for option, value, default in (("--source-column", spec.source_column, 0), ("--target-column", spec.target_column, 1)):
+    for option, value, default in (
+        ("--source-column", spec.source_column, 0),
+        ("--target-column", spec.target_column, 1),
+    ):
         if value is None:
             columns.append(default)
         elif str(value).isdigit():
@@ -412,7 +445,9 @@ def _parse_tsv(lines: list[str], path: Path, spec: DataSpec) -> tuple[list[str],
             if not line.strip():
                 fields = [""] * needed  # a blank line is an empty pair: counted and dropped
             else:
-                raise AiaynError(f"{path}:{number}: expected at least {needed} tab-separated columns, found {len(fields)}")
+                raise AiaynError(
+                    f"{path}:{number}: expected at least {needed} tab-separated columns, found {len(fields)}"
+                )
         source.append(fields[s])
         target.append(fields[t])
     return source, target
@@ -442,8 +477,9 @@ def _parse_jsonl(lines: list[str], path: Path) -> pa.Table:
 # ---------------------------------------------------------------------------------------------
 
 
-def _clean(source: pa.Array, target: pa.Array, spec: DataSpec, split: str, origin: str,
-           fingerprint: str) -> datasets.Dataset:
+def _clean(
+    source: pa.Array, target: pa.Array, spec: DataSpec, split: str, origin: str, fingerprint: str
+) -> datasets.Dataset:
     limits = {"max_length": spec.max_length, "max_ratio": spec.max_ratio, "dedup": spec.dedup}
     report = CleaningReport(origin=origin, split=split, read=len(source), limits=limits)
     source, target = (pc.fill_null(_combine(side), "") for side in (source, target))
@@ -475,8 +511,11 @@ def _clean(source: pa.Array, target: pa.Array, spec: DataSpec, split: str, origi
     if table.num_rows == 0:
         raise AiaynError(f"{origin}: no sentence pairs left in {split} after cleaning ({report})")
     options = json.dumps([_CLEANING_VERSION, limits], sort_keys=True)
-    dataset = datasets.Dataset(table, split=datasets.NamedSplit(split),
-                               fingerprint=xxhash.xxh3_128_hexdigest(f"{fingerprint}|{options}".encode()))
+    dataset = datasets.Dataset(
+        table,
+        split=datasets.NamedSplit(split),
+        fingerprint=xxhash.xxh3_128_hexdigest(f"{fingerprint}|{options}".encode()),
+    )
     dataset.cleaning_report = report
     return dataset
 

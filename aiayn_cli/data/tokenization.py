@@ -28,8 +28,8 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .corpus import DataSpec, load_split
 from ..errors import AiaynError
+from .corpus import DataSpec, load_split
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # ids 0, 1, 2, 3
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
@@ -80,11 +80,16 @@ def train_tokenizer(
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     trained_size = vocab_size - len(BYTE_TOKENS)  # the byte tokens are added after training
     if model == "bpe":
-        trainer = trainers.BpeTrainer(vocab_size=trained_size, min_frequency=min_frequency,
-                                      special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress)
+        trainer = trainers.BpeTrainer(
+            vocab_size=trained_size,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS),
+            show_progress=show_progress,
+        )
     else:
-        trainer = trainers.UnigramTrainer(vocab_size=trained_size, special_tokens=list(SPECIAL_TOKENS),
-                                          unk_token="<unk>", show_progress=show_progress)
+        trainer = trainers.UnigramTrainer(
+            vocab_size=trained_size, special_tokens=list(SPECIAL_TOKENS), unk_token="<unk>", show_progress=show_progress
+        )
     tokenizer.train_from_iterator(sentences, trainer, length=count)
     if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
         raise AiaynError("the training text has no characters to build a vocabulary from")
@@ -92,10 +97,16 @@ def train_tokenizer(
     tokenizer = _with_byte_fallback(tokenizer)
     tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", EOS_ID)])
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", EOS_ID)]
+    )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-        model_max_length=model_max_length, padding_side="right",
+        tokenizer_object=tokenizer,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=model_max_length,
+        padding_side="right",
         clean_up_tokenization_spaces=False,  # decoding must give back "a , b" as it was
     )
     if output_dir is not None:
@@ -103,13 +114,16 @@ def train_tokenizer(
     return fast
 
 
-def _check_options(vocab_size: int, model: str, min_frequency: int, max_sentences: int | None,
-                   model_max_length: int) -> None:
+def _check_options(
+    vocab_size: int, model: str, min_frequency: int, max_sentences: int | None, model_max_length: int
+) -> None:
     if model not in MODELS:
         raise AiaynError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
     if vocab_size < MIN_VOCAB_SIZE:
-        raise AiaynError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (4 special tokens, 256 byte tokens "
-                         f"and an alphabet), got {vocab_size}")
+        raise AiaynError(
+            f"--vocab-size must be at least {MIN_VOCAB_SIZE} (4 special tokens, 256 byte tokens "
+            f"and an alphabet), got {vocab_size}"
+        )
     if min_frequency < 0:
         raise AiaynError(f"--min-frequency must be 0 or more, got {min_frequency}")
     if max_sentences is not None and max_sentences < 1:
@@ -124,16 +138,20 @@ def _sentences(data, max_sentences: int | None, seed: int) -> tuple[Iterator[lis
     if isinstance(data, datasets.Dataset):
         missing = {"source", "target"} - set(data.column_names)
         if missing:
-            raise AiaynError(f"the dataset has no column {', '.join(sorted(missing))} (columns: {', '.join(data.column_names)})")
+            raise AiaynError(
+                f"the dataset has no column {', '.join(sorted(missing))} (columns: {', '.join(data.column_names)})"
+            )
         if max_sentences is not None and max_sentences < len(data):
             data = data.select(np.sort(rng.choice(len(data), max_sentences, replace=False)))
-        batches = (batch["source"] + batch["target"]
-                   for batch in data.select_columns(["source", "target"]).iter(batch_size=1000))
+        batches = (
+            batch["source"] + batch["target"]
+            for batch in data.select_columns(["source", "target"]).iter(batch_size=1000)
+        )
         return batches, 2 * len(data)
     texts = data if isinstance(data, list) else list(data)
     if max_sentences is not None and max_sentences < len(texts):
         texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_sentences, replace=False))]
-    return (texts[i:i + 1000] for i in range(0, len(texts), 1000)), len(texts)
+    return (texts[i : i + 1000] for i in range(0, len(texts), 1000)), len(texts)
 
 
 def _with_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
@@ -142,13 +160,13 @@ def _with_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
     model = state["model"]
     if model["type"] == "BPE":
         learned = sorted(model["vocab"].items(), key=lambda item: item[1])
-        tokens = [token for token, _ in learned[:len(SPECIAL_TOKENS)]] + list(BYTE_TOKENS)
-        tokens += [token for token, _ in learned[len(SPECIAL_TOKENS):] if token not in BYTE_TOKENS]
+        tokens = [token for token, _ in learned[: len(SPECIAL_TOKENS)]] + list(BYTE_TOKENS)
+        tokens += [token for token, _ in learned[len(SPECIAL_TOKENS) :] if token not in BYTE_TOKENS]
         model["vocab"] = {token: index for index, token in enumerate(tokens)}
     else:  # Unigram: a list of [piece, log-probability]; byte pieces get 0.0, as sentencepiece does
         pieces = model["vocab"]
-        learned = [piece for piece in pieces[len(SPECIAL_TOKENS):] if piece[0] not in BYTE_TOKENS]
-        model["vocab"] = pieces[:len(SPECIAL_TOKENS)] + [[token, 0.0] for token in BYTE_TOKENS] + learned
+        learned = [piece for piece in pieces[len(SPECIAL_TOKENS) :] if piece[0] not in BYTE_TOKENS]
+        model["vocab"] = pieces[: len(SPECIAL_TOKENS)] + [[token, 0.0] for token in BYTE_TOKENS] + learned
         model["unk_id"] = UNK_ID
     model["byte_fallback"] = True
     rebuilt = Tokenizer.from_str(json.dumps(state))
@@ -187,5 +205,15 @@ def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwr
             shutil.rmtree(replaced, ignore_errors=True)
 
 
-__all__ = ["BOS_ID", "BYTE_TOKENS", "EOS_ID", "MODELS", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "check_output_dir",
-           "save_atomically", "train_tokenizer"]
+__all__ = [
+    "BOS_ID",
+    "BYTE_TOKENS",
+    "EOS_ID",
+    "MODELS",
+    "PAD_ID",
+    "SPECIAL_TOKENS",
+    "UNK_ID",
+    "check_output_dir",
+    "save_atomically",
+    "train_tokenizer",
+]

@@ -38,7 +38,9 @@ class Projection:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none", [], "")
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self.packed, self.bias, "relu" if self.relu else "none", [], ""
+            )
         y = F.linear(x, self.weight, self.bias)
         return F.relu(y) if self.relu else y
 
@@ -54,8 +56,11 @@ class _Norm:
 
 
 def _onednn_available() -> bool:
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
 class PreparedWeights:
@@ -68,34 +73,42 @@ class PreparedWeights:
         relu = model.config.activation_function == "relu"
 
         def feed_forward(ffn) -> dict:
-            return {"w_1": Projection(ffn.w_1.weight, ffn.w_1.bias, relu=relu),
-                    "w_2": Projection(ffn.w_2.weight, ffn.w_2.bias),
-                    "activation": None if relu else ffn.activation}
+            return {
+                "w_1": Projection(ffn.w_1.weight, ffn.w_1.bias, relu=relu),
+                "w_2": Projection(ffn.w_2.weight, ffn.w_2.bias),
+                "activation": None if relu else ffn.activation,
+            }
 
         self.encoder_layers = []
         for layer in model.model.encoder.layers:
             sa = layer.self_attn
-            self.encoder_layers.append({
-                "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
-                "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
-                **feed_forward(layer.feed_forward),
-                "norms": (_Norm(layer.self_attn_sublayer.norm), _Norm(layer.feed_forward_sublayer.norm)),
-            })
+            self.encoder_layers.append(
+                {
+                    "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
+                    "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
+                    **feed_forward(layer.feed_forward),
+                    "norms": (_Norm(layer.self_attn_sublayer.norm), _Norm(layer.feed_forward_sublayer.norm)),
+                }
+            )
         self.decoder_layers = []
         for layer in model.model.decoder.layers:
             sa, ca = layer.self_attn, layer.cross_attn
-            self.decoder_layers.append({
-                "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
-                "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
-                "q": Projection(ca.q_proj.weight, ca.q_proj.bias),
-                "kv": Projection(ca.kv_proj.weight, ca.kv_proj.bias),
-                "cross_out": Projection(ca.out_proj.weight, ca.out_proj.bias),
-                **feed_forward(layer.feed_forward),
-                "norms": (_Norm(layer.self_attn_sublayer.norm), _Norm(layer.cross_attn_sublayer.norm),
-                          _Norm(layer.feed_forward_sublayer.norm)),
-            })
+            self.decoder_layers.append(
+                {
+                    "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
+                    "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
+                    "q": Projection(ca.q_proj.weight, ca.q_proj.bias),
+                    "kv": Projection(ca.kv_proj.weight, ca.kv_proj.bias),
+                    "cross_out": Projection(ca.out_proj.weight, ca.out_proj.bias),
+                    **feed_forward(layer.feed_forward),
+                    "norms": (
+                        _Norm(layer.self_attn_sublayer.norm),
+                        _Norm(layer.cross_attn_sublayer.norm),
+                        _Norm(layer.feed_forward_sublayer.norm),
+                    ),
+                }
+            )
         self.lm_head = Projection(model.lm_head.weight)
-
 
 
 def _feed_forward(layer: dict, x: torch.Tensor) -> torch.Tensor:
@@ -106,8 +119,12 @@ def _feed_forward(layer: dict, x: torch.Tensor) -> torch.Tensor:
     return layer["w_2"](y)
 
 
-def encode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor,
-           attention_mask: torch.Tensor | None, weights: PreparedWeights) -> torch.Tensor:
+def encode(
+    model: AiaynForConditionalGeneration,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    weights: PreparedWeights,
+) -> torch.Tensor:
     """The encoder's output `(B, S, d_model)`: `model.model.encoder` computed with the prepared projections."""
     encoder, config = model.model.encoder, model.config
     batch, length = input_ids.shape
@@ -139,9 +156,15 @@ class IncrementalDecoder:
     the two swap roles.
     """
 
-    def __init__(self, model: AiaynForConditionalGeneration, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor | None, capacity: int, max_rows: int,
-                 weights: PreparedWeights | None = None):
+    def __init__(
+        self,
+        model: AiaynForConditionalGeneration,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        capacity: int,
+        max_rows: int,
+        weights: PreparedWeights | None = None,
+    ):
         """
         Args:
             model: an `AiaynForConditionalGeneration` in eval mode.
@@ -211,7 +234,9 @@ class IncrementalDecoder:
             # Encoder-decoder attention: the beams of a sentence are the queries of one attention call.
             query = layer["q"](cross_norm(x) if pre_norm else x).view(batch, beams, h, d_k).transpose(1, 2)
             keys, values = self.cross_kv[i]  # (B, h, S, d_k) each
-            heads = F.scaled_dot_product_attention(query, keys, values, attn_mask=self.memory_mask)  # (B, h, beams, d_k)
+            heads = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=self.memory_mask
+            )  # (B, h, beams, d_k)
             y = layer["cross_out"](heads.transpose(1, 2).reshape(n, d_model))
             x = x + y if pre_norm else cross_norm(x + y)
             y = _feed_forward(layer, ffn_norm(x) if pre_norm else x)

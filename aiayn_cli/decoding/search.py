@@ -35,8 +35,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from .incremental import IncrementalDecoder, PreparedWeights
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from .incremental import IncrementalDecoder, PreparedWeights
 
 LENGTH_PENALTY_STYLES = ("gnmt", "hf")
 
@@ -76,7 +76,7 @@ class DecodingOptions:
     seed: int | None = None
 
     @classmethod
-    def from_generation_config(cls, generation_config, **overrides) -> "DecodingOptions":
+    def from_generation_config(cls, generation_config, **overrides) -> DecodingOptions:
         """Defaults from a `GenerationConfig` (fields it lacks keep the paper's values), then the
         `overrides` that are not None."""
         saved = {}
@@ -96,8 +96,10 @@ class DecodingOptions:
         if self.num_beams < 1:
             raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
         if self.length_penalty_style not in LENGTH_PENALTY_STYLES:
-            raise ValueError(f"length_penalty_style must be one of {', '.join(LENGTH_PENALTY_STYLES)}, "
-                             f"got {self.length_penalty_style!r}")
+            raise ValueError(
+                f"length_penalty_style must be one of {', '.join(LENGTH_PENALTY_STYLES)}, "
+                f"got {self.length_penalty_style!r}"
+            )
         if self.nbest < 1 or (not self.do_sample and self.nbest > self.num_beams):
             raise ValueError(f"nbest must be between 1 and num_beams ({self.num_beams}), got {self.nbest}")
         if self.max_len_a < 0 or self.max_len_b < 0 or self.min_len < 0:
@@ -160,8 +162,14 @@ def _force_eos(lprobs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
         lprobs[rows, eos_id] = eos
 
 
-def beam_search(decoder: StepDecoder, max_lens: list[int], options: DecodingOptions, bos_id: int,
-                eos_id: int, device: torch.device | str = "cpu") -> list[list[Hypothesis]]:
+def beam_search(
+    decoder: StepDecoder,
+    max_lens: list[int],
+    options: DecodingOptions,
+    bos_id: int,
+    eos_id: int,
+    device: torch.device | str = "cpu",
+) -> list[list[Hypothesis]]:
     """Beam search over `len(max_lens)` sentences; each sentence's best `options.nbest` hypotheses, best first.
 
     Args:
@@ -202,7 +210,11 @@ def beam_search(decoder: StepDecoder, max_lens: list[int], options: DecodingOpti
         # The best `beam` candidates that do not end are the next live hypotheses.
         order = ends.long() * ends.size(1) + torch.arange(ends.size(1), device=device)
         keep = order.topk(beam, dim=1, largest=False).indices  # (B, beam), in candidate order
-        scores, keep_beams, keep_tokens = top_scores.gather(1, keep), top_beams.gather(1, keep), top_tokens.gather(1, keep)
+        scores, keep_beams, keep_tokens = (
+            top_scores.gather(1, keep),
+            top_beams.gather(1, keep),
+            top_tokens.gather(1, keep),
+        )
 
         # A sentence with `beam` finished hypotheses, or at its maximum length, is done.
         at_max = (max_len_rows.view(n_sentences, beams)[:, 0] <= t).tolist()
@@ -231,8 +243,14 @@ def beam_search(decoder: StepDecoder, max_lens: list[int], options: DecodingOpti
 # ---------------------------------------------------------------------------------------------
 
 
-def sample_search(decoder: StepDecoder, max_lens: list[int], options: DecodingOptions, bos_id: int,
-                  eos_id: int, device: torch.device | str = "cpu") -> list[list[Hypothesis]]:
+def sample_search(
+    decoder: StepDecoder,
+    max_lens: list[int],
+    options: DecodingOptions,
+    bos_id: int,
+    eos_id: int,
+    device: torch.device | str = "cpu",
+) -> list[list[Hypothesis]]:
     """Greedy search (`do_sample=False`), or sampling with temperature, top-k and top-p (`options.nbest`
     samples per sentence). Every row is its own sentence for the decoder, and rows finish one by one.
 
@@ -302,8 +320,9 @@ def _sample(logits: torch.Tensor, options: DecodingOptions, generator: torch.Gen
 
 def max_output_lengths(source_lengths: list[int], options: DecodingOptions, cap: int) -> list[int]:
     """The most tokens before `</s>` for each sentence: max_len_a * |x| + max_len_b, at most `cap`."""
-    return [max(min(options.min_len, cap), min(cap, int(options.max_len_a * n + options.max_len_b)))
-            for n in source_lengths]
+    return [
+        max(min(options.min_len, cap), min(cap, int(options.max_len_a * n + options.max_len_b))) for n in source_lengths
+    ]
 
 
 def output_length_cap(model: AiaynForConditionalGeneration) -> int:
@@ -318,8 +337,13 @@ def output_length_cap(model: AiaynForConditionalGeneration) -> int:
 
 
 @torch.inference_mode()
-def decode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-           options: DecodingOptions, weights: PreparedWeights | None = None) -> list[list[Hypothesis]]:
+def decode(
+    model: AiaynForConditionalGeneration,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    options: DecodingOptions,
+    weights: PreparedWeights | None = None,
+) -> list[list[Hypothesis]]:
     """Translate one padded batch: each sentence's hypotheses, best first (`options.nbest` of them).
 
     Args:
@@ -336,8 +360,9 @@ def decode(model: AiaynForConditionalGeneration, input_ids: torch.Tensor, attent
     max_lens = max_output_lengths(lengths, options, output_length_cap(model))
     searching = options.num_beams > 1 and not options.do_sample
     rows = input_ids.size(0) * (options.num_beams if searching else options.nbest if options.do_sample else 1)
-    decoder = IncrementalDecoder(model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows,
-                                 weights=weights)
+    decoder = IncrementalDecoder(
+        model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows, weights=weights
+    )
     search = beam_search if searching else sample_search
     return search(decoder, max_lens, options, config.decoder_start_token_id, config.eos_token_id, input_ids.device)
 

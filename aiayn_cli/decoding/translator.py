@@ -22,15 +22,15 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
-from typing import Iterable, Iterator
 
 import torch
 
-from .search import DecodingOptions, Hypothesis, decode
-from .incremental import PreparedWeights
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from .incremental import PreparedWeights
+from .search import DecodingOptions, Hypothesis, decode
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +82,10 @@ def check_tokenizer(model, tokenizer, where: str = "the tokenizer") -> None:
     for name in ("pad", "eos", "bos"):
         expected, got = getattr(config, f"{name}_token_id"), getattr(tokenizer, f"{name}_token_id")
         if got is not None and expected is not None and got != expected:
-            raise AiaynError(f"{where}: its {name} token id is {got} but the model's is {expected}: "
-                             "use the tokenizer the model was trained with")
+            raise AiaynError(
+                f"{where}: its {name} token id is {got} but the model's is {expected}: "
+                "use the tokenizer the model was trained with"
+            )
     if tokenizer.eos_token_id is None:
         raise AiaynError(f"{where} has no end-of-sentence token ({config.eos_token_id} in the model)")
 
@@ -95,11 +97,17 @@ class Translator:
     after changing the weights (validation during training does).
     """
 
-    def __init__(self, model: AiaynForConditionalGeneration, tokenizer, device: str | torch.device | None = None,
-                 dtype: str | torch.dtype | None = None):
+    def __init__(
+        self,
+        model: AiaynForConditionalGeneration,
+        tokenizer,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+    ):
         if not isinstance(model, AiaynForConditionalGeneration):
-            raise AiaynError(f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model "
-                             "saved by aiayn train")
+            raise AiaynError(
+                f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
+            )
         check_tokenizer(model, tokenizer)
         self.device = device if isinstance(device, torch.device) else pick_device(device)
         self.model = model.to(device=self.device, dtype=pick_dtype(dtype)).eval()
@@ -114,8 +122,9 @@ class Translator:
         self.weights = PreparedWeights(self.model)  # the fast path's projections, prepared once
 
     @classmethod
-    def from_pretrained(cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = None,
-                        revision: str | None = None) -> "Translator":
+    def from_pretrained(
+        cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = None, revision: str | None = None
+    ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`)."""
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -146,8 +155,9 @@ class Translator:
             raise AiaynError(f"decoding options: {err}") from None
         return options
 
-    def encode(self, sentences: list[str], on_long: str = "truncate", first_line: int = 1,
-               source: str = "input") -> list[list[int] | None]:
+    def encode(
+        self, sentences: list[str], on_long: str = "truncate", first_line: int = 1, source: str = "input"
+    ) -> list[list[int] | None]:
         """Token ids of each sentence, or None for an empty output (an empty or whitespace-only line, or a
         long line skipped). Warnings and errors name the line: `first_line` is the number of the first."""
         if on_long not in ON_LONG:
@@ -162,11 +172,17 @@ class Translator:
             if len(tokens) > limit:
                 where = f"{source} line {first_line + i}"
                 if on_long == "error":
-                    raise AiaynError(f"{where}: {len(tokens)} tokens, more than the model's limit of {limit} "
-                                     "(use --on-long truncate or skip)")
+                    raise AiaynError(
+                        f"{where}: {len(tokens)} tokens, more than the model's limit of {limit} "
+                        "(use --on-long truncate or skip)"
+                    )
                 if on_long == "skip":
-                    logger.warning("%s: %d tokens, more than the model's limit of %d: skipped (empty output)",
-                                   where, len(tokens), limit)
+                    logger.warning(
+                        "%s: %d tokens, more than the model's limit of %d: skipped (empty output)",
+                        where,
+                        len(tokens),
+                        limit,
+                    )
                     continue
                 logger.warning("%s: %d tokens, more than the model's limit of %d: truncated", where, len(tokens), limit)
                 tokens = tokens[: limit - 1] + [self.eos_id] if tokens[-1] == self.eos_id else tokens[:limit]
@@ -177,17 +193,43 @@ class Translator:
     # Translation
     # -----------------------------------------------------------------------------------------
 
-    def translate(self, sentences: list[str], *, on_long: str = "truncate", max_tokens: int = MAX_TOKENS,
-                  batch_size: int = BATCH_SIZE, progress: bool = False, first_line: int = 1,
-                  source: str = "input", **options) -> list[str]:
+    def translate(
+        self,
+        sentences: list[str],
+        *,
+        on_long: str = "truncate",
+        max_tokens: int = MAX_TOKENS,
+        batch_size: int = BATCH_SIZE,
+        progress: bool = False,
+        first_line: int = 1,
+        source: str = "input",
+        **options,
+    ) -> list[str]:
         """One translation per sentence (the best hypothesis); `options` are `DecodingOptions` fields."""
-        results = self.translate_nbest(sentences, on_long=on_long, max_tokens=max_tokens, batch_size=batch_size,
-                                       progress=progress, first_line=first_line, source=source, **options)
+        results = self.translate_nbest(
+            sentences,
+            on_long=on_long,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            progress=progress,
+            first_line=first_line,
+            source=source,
+            **options,
+        )
         return [hyps[0][0] if hyps else "" for hyps in results]
 
-    def translate_nbest(self, sentences: list[str], *, on_long: str = "truncate", max_tokens: int = MAX_TOKENS,
-                        batch_size: int = BATCH_SIZE, progress: bool = False, first_line: int = 1,
-                        source: str = "input", **options) -> list[list[tuple[str, float]]]:
+    def translate_nbest(
+        self,
+        sentences: list[str],
+        *,
+        on_long: str = "truncate",
+        max_tokens: int = MAX_TOKENS,
+        batch_size: int = BATCH_SIZE,
+        progress: bool = False,
+        first_line: int = 1,
+        source: str = "input",
+        **options,
+    ) -> list[list[tuple[str, float]]]:
         """Each sentence's hypotheses, best first, as (text, score): `nbest` of them (default 1), or none
         for an empty output. The score is log p(y | x) / lp(|y|), |y| counting `</s>`."""
         decoding = self.decoding_options(**options)
@@ -207,8 +249,9 @@ class Translator:
             bar.close()
         return results
 
-    def translate_stream(self, lines: Iterable[str], *, group_size: int = BATCH_SIZE, with_scores: bool = False,
-                         **kwargs) -> Iterator:
+    def translate_stream(
+        self, lines: Iterable[str], *, group_size: int = BATCH_SIZE, with_scores: bool = False, **kwargs
+    ) -> Iterator:
         """Translate lines as they arrive: yields one result per line, in order, as soon as it is ready.
 
         A background thread reads `lines`; each time the translator is free it takes the lines that

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import AiaynError
 from ..files import atomic_open
@@ -89,7 +90,7 @@ def language_from_path(path: str | Path) -> str | None:
 # Scoring
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_metric(name: str):
     """The shipped `evaluate` module for `name`, loaded from its folder (no network), in memory."""
     import evaluate

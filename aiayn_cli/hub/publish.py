@@ -92,16 +92,20 @@ def model_card(model, info: CardInfo) -> str:
     scores = (info.evaluation or {}).get("scores", {})
     for key, metric_type in (("sacrebleu", "sacrebleu"), ("chrf", "chrf"), ("ter", "ter")):
         if key in scores:
-            eval_results.append(EvalResult(
-                task_type="translation",
-                dataset_type=info.datasets[0] if info.datasets else "custom",
-                dataset_name=info.datasets[0] if info.datasets else "custom",
-                dataset_split=info.evaluation_split,
-                metric_type=metric_type,
-                metric_value=round(float(scores[key]["score"]), 2),
-                metric_config=scores[key].get("signature"),
-            ))
-            signatures.append(f"| {metric_type} | {float(scores[key]['score']):.2f} | `{scores[key].get('signature', '')}` |")
+            eval_results.append(
+                EvalResult(
+                    task_type="translation",
+                    dataset_type=info.datasets[0] if info.datasets else "custom",
+                    dataset_name=info.datasets[0] if info.datasets else "custom",
+                    dataset_split=info.evaluation_split,
+                    metric_type=metric_type,
+                    metric_value=round(float(scores[key]["score"]), 2),
+                    metric_config=scores[key].get("signature"),
+                )
+            )
+            signatures.append(
+                f"| {metric_type} | {float(scores[key]['score']):.2f} | `{scores[key].get('signature', '')}` |"
+            )
     data = ModelCardData(
         language=languages or None,
         license=info.license,
@@ -128,14 +132,14 @@ def model_card(model, info: CardInfo) -> str:
         sections.append("## Results\n\n| metric | score | signature |\n|---|---|---|\n" + "\n".join(signatures))
     sections.append(
         "## Usage\n\nFrom the shell (beam 4, GNMT length penalty α = 0.6, max length = input + 50, as in §6.1):\n\n"
-        f"```bash\npip install aiayn-cli\necho \"A sentence to translate.\" | aiayn translate --model {info.repo_id}\n```\n\n"
+        f'```bash\npip install aiayn-cli\necho "A sentence to translate." | aiayn translate --model {info.repo_id}\n```\n\n'
         "From Python:\n\n"
         "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline\n\n"
-        f"tokenizer = AutoTokenizer.from_pretrained(\"{info.repo_id}\", trust_remote_code=True)\n"
-        f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{info.repo_id}\", trust_remote_code=True)\n"
-        "inputs = tokenizer([\"A sentence to translate.\"], return_tensors=\"pt\")\n"
+        f'tokenizer = AutoTokenizer.from_pretrained("{info.repo_id}", trust_remote_code=True)\n'
+        f'model = AutoModelForSeq2SeqLM.from_pretrained("{info.repo_id}", trust_remote_code=True)\n'
+        'inputs = tokenizer(["A sentence to translate."], return_tensors="pt")\n'
         "print(tokenizer.batch_decode(model.generate(**inputs), skip_special_tokens=True))\n\n"
-        f"translator = pipeline(\"translation\", model=\"{info.repo_id}\", trust_remote_code=True)\n```\n\n"
+        f'translator = pipeline("translation", model="{info.repo_id}", trust_remote_code=True)\n```\n\n'
         "`trust_remote_code=True` lets transformers read this model's code (`modeling_aiayn.py`); the tokenizer "
         "needs it too only because transformers reads the model's config to find the tokenizer.\n\n"
         "`generate()` applies transformers' length penalty |Y|^α; `aiayn translate` applies the paper's "
@@ -196,8 +200,15 @@ def stage_folder(model_dir: str | Path, output_dir: str | Path, info: CardInfo) 
     return sorted(p for p in output_dir.rglob("*") if p.is_file())
 
 
-def push_folder(folder: Path, repo_id: str, *, token: str | None = None, private: bool = False,
-                revision: str | None = None, commit_message: str | None = None) -> str:
+def push_folder(
+    folder: Path,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+) -> str:
     """Create the repository if needed and upload `folder`; returns the commit URL."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
@@ -208,7 +219,9 @@ def push_folder(folder: Path, repo_id: str, *, token: str | None = None, private
         if revision:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         commit = api.upload_folder(
-            folder_path=folder, repo_id=repo_id, revision=revision,
+            folder_path=folder,
+            repo_id=repo_id,
+            revision=revision,
             commit_message=commit_message or f"Upload {repo_id.split('/')[-1]} with aiayn",
         )
     except LocalTokenNotFoundError:
@@ -217,13 +230,18 @@ def push_folder(folder: Path, repo_id: str, *, token: str | None = None, private
         raise AiaynError(f"--repo-id {repo_id!r}: {_scrub(_first_line(err), token)}") from None
     except HfHubHTTPError as err:
         status = getattr(getattr(err, "response", None), "status_code", None)
-        hint = {401: "the token is invalid or expired", 403: f"the token may not write to {repo_id}",
-                404: f"{repo_id} or revision {revision!r} not found"}.get(status, "the Hub refused the upload")
+        hint = {
+            401: "the token is invalid or expired",
+            403: f"the token may not write to {repo_id}",
+            404: f"{repo_id} or revision {revision!r} not found",
+        }.get(status, "the Hub refused the upload")
         raise AiaynError(f"push to {repo_id} failed ({status}): {hint}") from None
     except (OSError, ConnectionError) as err:  # DNS, refused connection, timeouts, offline mode
         raise AiaynError(f"cannot reach the Hugging Face Hub: {_scrub(_first_line(err), token)}") from None
     except Exception as err:  # httpx transport errors and the like: one line, never the token
-        raise AiaynError(f"push to {repo_id} failed: {_scrub(f'{type(err).__name__}: {_first_line(err)}', token)}") from None
+        raise AiaynError(
+            f"push to {repo_id} failed: {_scrub(f'{type(err).__name__}: {_first_line(err)}', token)}"
+        ) from None
     return str(getattr(commit, "commit_url", commit))
 
 

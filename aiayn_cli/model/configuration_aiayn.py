@@ -117,8 +117,15 @@ class AiaynConfig(PreTrainedConfig):
 
     def check_values(self) -> None:
         """Raise `ValueError`, naming the field, for values the model cannot be built with."""
-        for name in ("vocab_size", "d_model", "d_ff", "num_heads", "num_encoder_layers",
-                     "num_decoder_layers", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "d_ff",
+            "num_heads",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"AiaynConfig: {name} must be a positive integer, got {value!r}")
@@ -137,7 +144,9 @@ class AiaynConfig(PreTrainedConfig):
                 f"got {self.positional_encoding!r}"
             )
         if self.activation_function not in ("relu", "gelu"):
-            raise ValueError(f"AiaynConfig: activation_function must be 'relu' or 'gelu', got {self.activation_function!r}")
+            raise ValueError(
+                f"AiaynConfig: activation_function must be 'relu' or 'gelu', got {self.activation_function!r}"
+            )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:
@@ -149,7 +158,7 @@ class AiaynConfig(PreTrainedConfig):
         return self.d_model // self.num_heads
 
     @classmethod
-    def from_preset(cls, name: str, **overrides) -> "AiaynConfig":
+    def from_preset(cls, name: str, **overrides) -> AiaynConfig:
         """A configuration from Table 3 (`base`, `big`) or a CPU size (`small`, `tiny`), with overrides."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")

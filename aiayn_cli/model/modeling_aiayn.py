@@ -23,7 +23,7 @@ with `trust_remote_code=True` where `aiayn_cli` is not installed.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -738,8 +738,7 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         )
         return output if return_dict is not False else output.to_tuple()
 
-    def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
-                 **kwargs):
+    def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):
         """`GenerationMixin.generate`, stopping at the paper's maximum output length (§6.1).
 
         With neither `max_length` nor `max_new_tokens`, at most `max_len_a * S + max_len_b` tokens are

@@ -123,8 +123,15 @@ def _parse_nouns(table: str) -> dict[str, Noun]:
     nouns = {}
     for line in table.strip().splitlines():
         en, en_pl, de, de_pl, gender, tags, *oblique = line.split()
-        nouns[en] = Noun(en, None if en_pl == "-" else en_pl, de, None if de_pl == "-" else de_pl,
-                         gender, frozenset(tags.split(",")), oblique[0] if oblique else None)
+        nouns[en] = Noun(
+            en,
+            None if en_pl == "-" else en_pl,
+            de,
+            None if de_pl == "-" else de_pl,
+            gender,
+            frozenset(tags.split(",")),
+            oblique[0] if oblique else None,
+        )
     return nouns
 
 
@@ -155,8 +162,9 @@ warm warm food,drink
 sweet süß food,drink
 heavy schwer object
 """
-ADJECTIVES = {en: (de, frozenset(tags.split(","))) for en, de, tags in
-              (line.split() for line in _ADJECTIVES.strip().splitlines())}
+ADJECTIVES = {
+    en: (de, frozenset(tags.split(","))) for en, de, tags in (line.split() for line in _ADJECTIVES.strip().splitlines())
+}
 COLORS = ("red", "blue", "green", "yellow", "black", "white", "brown")
 
 
@@ -215,9 +223,14 @@ def _parse_verbs(table: str) -> dict[str, Verb]:
     verbs = {}
     for line in table.strip().splitlines():
         en, en_3sg, ich, er, wir, case, subject_tags, object_tags = line.split()
-        verbs[en] = Verb(en, en_3sg, (ich, er, wir), None if case == "-" else case,
-                         frozenset(subject_tags.split(",")),
-                         frozenset() if object_tags == "-" else frozenset(object_tags.split(",")))
+        verbs[en] = Verb(
+            en,
+            en_3sg,
+            (ich, er, wir),
+            None if case == "-" else case,
+            frozenset(subject_tags.split(",")),
+            frozenset() if object_tags == "-" else frozenset(object_tags.split(",")),
+        )
     return verbs
 
 
@@ -271,13 +284,17 @@ EIN_WORD_ENDINGS = {
 }
 ADJECTIVE_ENDINGS = {
     # after der, dieser
-    "weak": {"nom": {"m": "e", "f": "e", "n": "e", "pl": "en"},
-             "acc": {"m": "en", "f": "e", "n": "e", "pl": "en"},
-             "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"}},
+    "weak": {
+        "nom": {"m": "e", "f": "e", "n": "e", "pl": "en"},
+        "acc": {"m": "en", "f": "e", "n": "e", "pl": "en"},
+        "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"},
+    },
     # after ein, kein, mein, ...
-    "mixed": {"nom": {"m": "er", "f": "e", "n": "es", "pl": "en"},
-              "acc": {"m": "en", "f": "e", "n": "es", "pl": "en"},
-              "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"}},
+    "mixed": {
+        "nom": {"m": "er", "f": "e", "n": "es", "pl": "en"},
+        "acc": {"m": "en", "f": "e", "n": "es", "pl": "en"},
+        "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"},
+    },
     # no article, or an (undeclined) numeral
     "strong": DER_WORD_ENDINGS,
 }

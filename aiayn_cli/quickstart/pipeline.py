@@ -49,16 +49,24 @@ class QuickstartResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def run_quickstart(output_dir: str | Path, *, minutes: float = 2.5, train_pairs: int = 20000, test_pairs: int = 500,
-                   seed: int = 0, overwrite: bool = False, show_progress: bool = True) -> QuickstartResult:
+def run_quickstart(
+    output_dir: str | Path,
+    *,
+    minutes: float = 2.5,
+    train_pairs: int = 20000,
+    test_pairs: int = 500,
+    seed: int = 0,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> QuickstartResult:
     """Generate the corpus, train the tokenizer and the model, average, translate the test set, score it."""
     from ..data.corpus import DataSpec, load_split
+    from ..data.tokenization import train_tokenizer
+    from ..decoding.translator import Translator
     from ..evaluation.scoring import score
     from ..training.recipe import load_recipe
-    from .synthetic import write_corpus
-    from ..data.tokenization import train_tokenizer
     from ..training.trainer import train
-    from ..decoding.translator import Translator
+    from .synthetic import write_corpus
 
     output = Path(output_dir)
     if output.exists() and any(output.iterdir()) and not overwrite:
@@ -81,17 +89,29 @@ def run_quickstart(output_dir: str | Path, *, minutes: float = 2.5, train_pairs:
 
     # 2. One joint subword vocabulary for both languages (§5.1).
     tokenizer_dir = output / "tokenizer"
-    train_tokenizer(load_split(spec, "train"), vocab_size=2000, output_dir=tokenizer_dir, overwrite=True,
-                    show_progress=show_progress)
+    train_tokenizer(
+        load_split(spec, "train"),
+        vocab_size=2000,
+        output_dir=tokenizer_dir,
+        overwrite=True,
+        show_progress=show_progress,
+    )
     lap("tokenizer")
 
     # 3. Training under a time budget, then the average of the last checkpoints (§6.1).
-    recipe = load_recipe(None, {
-        **QUICKSTART_RECIPE,
-        "data.data_dir": str(data_dir), "data.source_lang": "en", "data.target_lang": "de",
-        "tokenizer": str(tokenizer_dir), "output_dir": str(output / "run"), "seed": seed,
-        "max_time": f"{minutes}m",
-    })
+    recipe = load_recipe(
+        None,
+        {
+            **QUICKSTART_RECIPE,
+            "data.data_dir": str(data_dir),
+            "data.source_lang": "en",
+            "data.target_lang": "de",
+            "tokenizer": str(tokenizer_dir),
+            "output_dir": str(output / "run"),
+            "seed": seed,
+            "max_time": f"{minutes}m",
+        },
+    )
     result = train(recipe, resume=None, show_progress=show_progress)
     model_dir = result.averaged or result.last_checkpoint
     if model_dir is None:
@@ -108,8 +128,9 @@ def run_quickstart(output_dir: str | Path, *, minutes: float = 2.5, train_pairs:
     lap("evaluate")
     sacrebleu = results["scores"]["sacrebleu"]
     examples = list(zip(test["source"][:5], hypotheses[:5], test["target"][:5]))
-    return QuickstartResult(output, Path(model_dir), float(sacrebleu["score"]), sacrebleu["signature"], examples,
-                            seconds)
+    return QuickstartResult(
+        output, Path(model_dir), float(sacrebleu["score"]), sacrebleu["signature"], examples, seconds
+    )
 
 
 __all__ = ["QUICKSTART_RECIPE", "QuickstartResult", "run_quickstart"]

@@ -88,8 +88,11 @@ def noun_phrase(np: NounPhrase, case: str) -> tuple[str, str]:
     en_words = [(det.en_plural if np.plural else det.en), *np.adjectives, noun.en_plural if np.plural else noun.en]
     if en_words[0] == "a" and en_words[1][0] in "aeio":  # no lexicon word starts with u or a silent h
         en_words[0] = "an"
-    de_words = [det.german(case, key), *(attributive(a, det.adjectives, case, key) for a in np.adjectives),
-                noun.german(case, np.plural)]
+    de_words = [
+        det.german(case, key),
+        *(attributive(a, det.adjectives, case, key) for a in np.adjectives),
+        noun.german(case, np.plural),
+    ]
     return " ".join(w for w in en_words if w), " ".join(w for w in de_words if w)
 
 
@@ -168,10 +171,29 @@ def _sentence(text: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 _NOUN_LIST = list(NOUNS.values())
-_SINGULAR_DETS = (("the", 6), ("a", 5), ("this", 1), ("no", 1), ("my", 1), ("his", 1), ("her", 1),
-                  ("our", 1), ("their", 1))
-_PLURAL_DETS = (("the", 5), ("bare", 3), ("two", 1), ("three", 1), ("four", 1), ("five", 1),
-                ("this", 1), ("no", 1), ("my", 1), ("our", 1))
+_SINGULAR_DETS = (
+    ("the", 6),
+    ("a", 5),
+    ("this", 1),
+    ("no", 1),
+    ("my", 1),
+    ("his", 1),
+    ("her", 1),
+    ("our", 1),
+    ("their", 1),
+)
+_PLURAL_DETS = (
+    ("the", 5),
+    ("bare", 3),
+    ("two", 1),
+    ("three", 1),
+    ("four", 1),
+    ("five", 1),
+    ("this", 1),
+    ("no", 1),
+    ("my", 1),
+    ("our", 1),
+)
 _MASS_DETS = (("bare", 4), ("the", 3), ("this", 1), ("no", 1), ("my", 1), ("his", 1))
 _POSSESSIVES = ("my", "his", "her", "our", "their")
 _NO_POSSESSIVE = ("man", "woman", "boy", "girl", "king", "queen")
@@ -182,8 +204,14 @@ def _weighted(rng: random.Random, options) -> str:
     return rng.choices(names, weights)[0]
 
 
-def _sample_np(rng: random.Random, tags: frozenset[str], *, negated: bool = False, negative: bool = True,
-               pronouns: tuple[str, ...] = ()) -> NounPhrase:
+def _sample_np(
+    rng: random.Random,
+    tags: frozenset[str],
+    *,
+    negated: bool = False,
+    negative: bool = True,
+    pronouns: tuple[str, ...] = (),
+) -> NounPhrase:
     if pronouns and rng.random() < 0.15:
         return NounPhrase(pronoun=rng.choice(pronouns))
     noun = rng.choice([n for n in _NOUN_LIST if n.tags & tags])
@@ -214,18 +242,30 @@ def sample_clause(rng: random.Random) -> Clause:
     kind = _weighted(rng, (("transitive", 46), ("intransitive", 22), ("dative", 12), ("be", 20)))
     negated = rng.random() < 0.2
     if kind == "be":
-        subject = (_sample_np(rng, frozenset(t for n in _NOUN_LIST for t in n.tags), negated=negated,
-                              pronouns=tuple(PRONOUNS)),)
+        subject = (
+            _sample_np(
+                rng, frozenset(t for n in _NOUN_LIST for t in n.tags), negated=negated, pronouns=tuple(PRONOUNS)
+            ),
+        )
         tags = {"person"} if subject[0].pronoun else NOUNS[subject[0].noun].tags
         coloured = any(a in COLORS for a in subject[0].adjectives)  # not: the red ball is blue
-        predicate = rng.choice([a for a, (_, a_tags) in ADJECTIVES.items()
-                                if a_tags & tags and a not in subject[0].adjectives
-                                and not (coloured and a in COLORS)])
+        predicate = rng.choice(
+            [
+                a
+                for a, (_, a_tags) in ADJECTIVES.items()
+                if a_tags & tags and a not in subject[0].adjectives and not (coloured and a in COLORS)
+            ]
+        )
         return Clause(subject, "be", predicate=predicate, negated=negated)
-    verb = rng.choice([v for v in VERBS.values()
-                       if (v.object_case is None) == (kind == "intransitive")
-                       and (kind != "dative" or v.object_case == "dat")
-                       and (kind != "transitive" or v.object_case == "acc")])
+    verb = rng.choice(
+        [
+            v
+            for v in VERBS.values()
+            if (v.object_case is None) == (kind == "intransitive")
+            and (kind != "dative" or v.object_case == "dat")
+            and (kind != "transitive" or v.object_case == "acc")
+        ]
+    )
     if rng.random() < 0.08:
         subject = tuple(_sample_np(rng, verb.subject_tags, negated=negated, negative=False) for _ in range(2))
         if subject[0].noun == subject[1].noun:
@@ -262,8 +302,10 @@ def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14) -> list[tuple
     while len(pairs) < n:
         attempts += 1
         if attempts > 20 * n + 1000:
-            raise AiaynError(f"the grammar gave only {len(pairs)} distinct sentences of at most "
-                             f"{max_words} words; ask for fewer than {n}")
+            raise AiaynError(
+                f"the grammar gave only {len(pairs)} distinct sentences of at most "
+                f"{max_words} words; ask for fewer than {n}"
+            )
         en, de = render(sample_clause(rng))
         if en in seen_en or de in seen_de or max(len(en.split()), len(de.split())) > max_words:
             continue
@@ -278,8 +320,15 @@ def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14) -> list[tuple
 # ---------------------------------------------------------------------------------------------
 
 
-def write_corpus(output_dir: str | Path, *, train: int = 20000, validation: int = 500, test: int = 500,
-                 seed: int = 0, overwrite: bool = False) -> dict[str, int]:
+def write_corpus(
+    output_dir: str | Path,
+    *,
+    train: int = 20000,
+    validation: int = 500,
+    test: int = 500,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict[str, int]:
     """Write `{train,validation,test}.{en,de}` (one sentence per line) into `output_dir`.
 
     The folder is written under a temporary name and renamed, so that it is either complete or
@@ -291,8 +340,11 @@ def write_corpus(output_dir: str | Path, *, train: int = 20000, validation: int 
         if size < 0:
             raise AiaynError(f"--{split}: the number of sentences must be >= 0, got {size}")
     if output_dir.exists() and not (overwrite and output_dir.is_dir()):
-        raise AiaynError(f"{output_dir} already exists; choose another folder"
-                         + ("" if output_dir.is_dir() else " (it is not a folder)") + " or overwrite it")
+        raise AiaynError(
+            f"{output_dir} already exists; choose another folder"
+            + ("" if output_dir.is_dir() else " (it is not a folder)")
+            + " or overwrite it"
+        )
     pairs = generate_corpus(sum(sizes.values()), seed)
     # Sentences with few possible variants (I sleep.) are drawn early; shuffle so that every split
     # has the same distribution.
@@ -302,7 +354,7 @@ def write_corpus(output_dir: str | Path, *, train: int = 20000, validation: int 
     try:
         start = 0
         for split, size in sizes.items():
-            part = pairs[start:start + size]
+            part = pairs[start : start + size]
             start += size
             for index, lang in enumerate(("en", "de")):
                 (tmp / f"{split}.{lang}").write_text("".join(p[index] + "\n" for p in part), encoding="utf-8")
@@ -328,7 +380,8 @@ def corpus_statistics(pairs: list[tuple[str, str]]) -> dict[str, dict[str, float
         stats[lang] = {
             "types": len({w for s in sentences for w in s}),
             "types_lowercased": len({w.lower() for s in sentences for w in s}),
-            "min_length": lengths[0], "max_length": lengths[-1],
+            "min_length": lengths[0],
+            "max_length": lengths[-1],
             "mean_length": round(statistics.fmean(lengths), 2),
             "median_length": statistics.median(lengths),
         }
@@ -336,8 +389,9 @@ def corpus_statistics(pairs: list[tuple[str, str]]) -> dict[str, dict[str, float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiayn_cli.quickstart.synthetic",
-                                     description="Write the synthetic English->German corpus.")
+    parser = argparse.ArgumentParser(
+        prog="python -m aiayn_cli.quickstart.synthetic", description="Write the synthetic English->German corpus."
+    )
     parser.add_argument("output_dir", type=Path)
     for split, default in (("train", 20000), ("validation", 500), ("test", 500)):
         parser.add_argument(f"--{split}", type=int, default=default, help=f"pairs in {split} (default {default})")
@@ -345,8 +399,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     try:
-        sizes = write_corpus(args.output_dir, train=args.train, validation=args.validation, test=args.test,
-                             seed=args.seed, overwrite=args.overwrite)
+        sizes = write_corpus(
+            args.output_dir,
+            train=args.train,
+            validation=args.validation,
+            test=args.test,
+            seed=args.seed,
+            overwrite=args.overwrite,
+        )
     except AiaynError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -50,7 +50,8 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     if not output_dir.is_dir():
         return []
     found = [
-        p for p in output_dir.iterdir()
+        p
+        for p in output_dir.iterdir()
         if p.is_dir() and checkpoint_step(p) is not None and (p / TRAINER_STATE).is_file()
     ]
     return sorted(found, key=checkpoint_step)
@@ -110,8 +111,11 @@ def save_checkpoint(accelerator, model, tokenizer, trainer_state: dict[str, Any]
 def rotate_checkpoints(output_dir: Path, keep_last: int, keep: Path | None = None) -> list[Path]:
     """Delete all but the `keep_last` newest checkpoints, and never `keep` (the best one)."""
     checkpoints = list_checkpoints(output_dir)
-    doomed = [p for p in checkpoints[: max(len(checkpoints) - keep_last, 0)]
-              if keep is None or p.resolve() != Path(keep).resolve()]
+    doomed = [
+        p
+        for p in checkpoints[: max(len(checkpoints) - keep_last, 0)]
+        if keep is None or p.resolve() != Path(keep).resolve()
+    ]
     for path in doomed:
         old = path.with_name(path.name + ".old")  # a rename first: never a half-deleted "complete" folder
         os.replace(path, old)
@@ -187,7 +191,14 @@ def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.P
 
 
 __all__ = [
-    "average_checkpoints", "checkpoint_step", "latest_checkpoint", "list_checkpoints", "load_weights",
-    "read_trainer_state", "remove_incomplete", "rotate_checkpoints", "save_checkpoint",
+    "average_checkpoints",
+    "checkpoint_step",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_weights",
+    "read_trainer_state",
+    "remove_incomplete",
+    "rotate_checkpoints",
+    "save_checkpoint",
     "write_averaged_checkpoint",
 ]

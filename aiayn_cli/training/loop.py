@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..model.modeling_aiayn import AiaynForConditionalGeneration, shift_tokens_right
 from .checkpoint import list_checkpoints, rotate_checkpoints, save_checkpoint, write_averaged_checkpoint
 from .loss import label_smoothed_cross_entropy, target_mask
-from ..model.modeling_aiayn import AiaynForConditionalGeneration, shift_tokens_right
 from .recipe import parse_duration
 from .validation import validation_bleu, validation_loss
 
@@ -31,8 +31,9 @@ def micro_batch_seed(seed: int, step: int, index: int) -> int:
 class Run:
     """One run of the loop; `train()` builds it, calls `loop()`, then maybe `average()`."""
 
-    def __init__(self, recipe, accelerator, model, forward_model, optimizer, scheduler, tokenizer, data, state,
-                 metrics):
+    def __init__(
+        self, recipe, accelerator, model, forward_model, optimizer, scheduler, tokenizer, data, state, metrics
+    ):
         self.recipe, self.accelerator, self.state, self.metrics = recipe, accelerator, state, metrics
         self.model, self.forward_model = model, forward_model  # prepared; and maybe compiled
         self.optimizer, self.scheduler, self.tokenizer, self.data = optimizer, scheduler, tokenizer, data
@@ -56,8 +57,14 @@ class Run:
         self.t0, self.seconds0 = time.monotonic(), state.train_seconds
         self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = state.train_seconds
-        self.bar = tqdm(total=self._total_steps(), initial=state.step, unit="step", file=sys.stderr,
-                        disable=not show_progress, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=self._total_steps(),
+            initial=state.step,
+            unit="step",
+            file=sys.stderr,
+            disable=not show_progress,
+            dynamic_ncols=True,
+        )
         window = torch.zeros(5, dtype=torch.float64)  # loss, nll, target tokens, source tokens, steps
         window_start = time.monotonic()
         self.model.train()
@@ -65,8 +72,9 @@ class Run:
             # 4a. The main process's clock decides time-based events; the decision travels with the token counts.
             step_sums, flags = self._step(group, self._clock_flags())
             state.step += 1
-            state.epoch, state.batch_in_epoch = (state.epoch + 1, 0) if epoch_done else (
-                state.epoch, state.batch_in_epoch + len(group))
+            state.epoch, state.batch_in_epoch = (
+                (state.epoch + 1, 0) if epoch_done else (state.epoch, state.batch_in_epoch + len(group))
+            )
             state.target_tokens += int(step_sums[2])
             state.source_tokens += int(step_sums[3])
             window += torch.cat([step_sums, torch.ones(1, dtype=torch.float64)])
@@ -80,7 +88,8 @@ class Run:
             stopped_by = self._stop_reason(time_up=flags[2], epoch_done=epoch_done)
             save = bool(stopped_by) or flags[0] or _every(state.step, recipe.checkpoint_every_steps)
             if self.data.valid_loader is not None and (
-                    stopped_by or flags[1] or _every(state.step, recipe.valid_every_steps)):
+                stopped_by or flags[1] or _every(state.step, recipe.valid_every_steps)
+            ):
                 save |= self._validate()
                 if recipe.early_stopping_patience and state.bad_validations >= recipe.early_stopping_patience:
                     stopped_by, save = stopped_by or "early_stopping", True
@@ -113,10 +122,12 @@ class Run:
         world, rank = accelerator.num_processes, accelerator.process_index
         batches = [{k: v.to(accelerator.device, non_blocking=True) for k, v in b.items()} for b in group]
         # 4b. Count the non-pad tokens of the global batch (all accumulation steps, all processes).
-        counts = torch.stack([
-            torch.stack([target_mask(b["labels"], config.pad_token_id).sum() for b in batches]).sum(),
-            torch.stack([b["attention_mask"].sum() for b in batches]).sum(),
-        ]).double()
+        counts = torch.stack(
+            [
+                torch.stack([target_mask(b["labels"], config.pad_token_id).sum() for b in batches]).sum(),
+                torch.stack([b["attention_mask"].sum() for b in batches]).sum(),
+            ]
+        ).double()
         shared = torch.cat([counts, torch.tensor(clock_flags, dtype=torch.float64, device=counts.device)])
         shared = accelerator.reduce(shared, reduction="sum") if world > 1 else shared
         ntokens = shared[0].item()
@@ -128,12 +139,16 @@ class Run:
             torch.manual_seed(micro_batch_seed(recipe.seed, self.state.step, j * world + rank))
             sync = accelerator.no_sync(self.model) if j < len(batches) - 1 else nullcontext()
             with sync:
-                decoder_input_ids = shift_tokens_right(batch["labels"], config.pad_token_id,
-                                                       config.decoder_start_token_id)
-                logits = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                            decoder_input_ids=decoder_input_ids, use_cache=False).logits
-                out = label_smoothed_cross_entropy(logits, batch["labels"], recipe.label_smoothing,
-                                                   config.pad_token_id)
+                decoder_input_ids = shift_tokens_right(
+                    batch["labels"], config.pad_token_id, config.decoder_start_token_id
+                )
+                logits = self.forward_model(
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    decoder_input_ids=decoder_input_ids,
+                    use_cache=False,
+                ).logits
+                out = label_smoothed_cross_entropy(logits, batch["labels"], recipe.label_smoothing, config.pad_token_id)
                 accelerator.backward(out.loss * scale)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
         # 4d. Clip, update, schedule (§5.3).
@@ -151,7 +166,9 @@ class Run:
         if not self.accelerator.is_main_process:
             return [0.0, 0.0, 0.0]
         recipe, now = self.recipe, self.elapsed()
-        checkpoint = recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
+        checkpoint = (
+            recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
+        )
         valid = recipe.valid_every_minutes and now - self.last_valid >= recipe.valid_every_minutes * 60
         time_up = self.max_seconds is not None and now >= self.max_seconds
         return [float(bool(checkpoint)), float(bool(valid)), float(time_up)]
@@ -182,10 +199,15 @@ class Run:
         ntokens, src_tokens, steps = window[2:].tolist()
         lr = self.scheduler.get_last_lr()[0]
         record = {
-            "step": self.state.step, "epoch": self.state.epoch, "train/loss": loss / ntokens,
-            "train/nll": nll / ntokens, "train/ppl": math.exp(min(nll / ntokens, 50)), "lr": lr,
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            "train/loss": loss / ntokens,
+            "train/nll": nll / ntokens,
+            "train/ppl": math.exp(min(nll / ntokens, 50)),
+            "lr": lr,
             "tokens_per_s": (ntokens + src_tokens) / max(seconds, 1e-9),
-            "target_tokens_per_s": ntokens / max(seconds, 1e-9), "elapsed_s": self.elapsed(),
+            "target_tokens_per_s": ntokens / max(seconds, 1e-9),
+            "elapsed_s": self.elapsed(),
         }
         self.metrics.write(record)
         accelerator.log({k: v for k, v in record.items() if k != "step"}, step=self.state.step)
@@ -199,8 +221,14 @@ class Run:
         metrics = validation_loss(model, self.data.valid_loader, self.accelerator, recipe.label_smoothing)
         if self.data.bleu_sources:
             metrics["valid/bleu"], _ = validation_bleu(
-                model, self.tokenizer, self.data.bleu_sources, self.data.bleu_references, self.accelerator,
-                beam_size=recipe.valid_beam_size, max_tokens=recipe.valid_max_tokens or recipe.max_tokens)
+                model,
+                self.tokenizer,
+                self.data.bleu_sources,
+                self.data.bleu_references,
+                self.accelerator,
+                beam_size=recipe.valid_beam_size,
+                max_tokens=recipe.valid_max_tokens or recipe.max_tokens,
+            )
         return metrics
 
     def _validate(self) -> bool:
@@ -210,7 +238,8 @@ class Run:
         self.last_valid = self.elapsed()
         value = metrics["valid/bleu" if recipe.best_metric == "bleu" else "valid/loss"]
         better = state.best_metric is None or (
-            value > state.best_metric if recipe.best_metric == "bleu" else value < state.best_metric)
+            value > state.best_metric if recipe.best_metric == "bleu" else value < state.best_metric
+        )
         if better:
             state.best_metric, state.best_step, state.bad_validations = value, state.step, 0
         else:

@@ -26,9 +26,9 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from ..model.configuration_aiayn import PRESETS, AiaynConfig
 from ..data.corpus import DataSpec
 from ..errors import AiaynError
+from ..model.configuration_aiayn import PRESETS, AiaynConfig
 
 
 @dataclass
@@ -193,15 +193,40 @@ def _plain(value: Any) -> Any:
 
 
 # Keys that may change when a run is resumed: how long it runs and what it writes, not what it computes.
-RESUMABLE_CHANGES = frozenset({
-    "output_dir", "tokenizer", "num_proc", "compile", "max_steps", "max_epochs", "max_time",
-    "valid_every_steps", "valid_every_minutes", "valid_bleu_samples", "valid_beam_size", "valid_max_tokens",
-    "early_stopping_patience", "checkpoint_every_steps", "checkpoint_every_minutes", "keep_last",
-    "average_last", "log_every_steps", "trackers",
-})
+RESUMABLE_CHANGES = frozenset(
+    {
+        "output_dir",
+        "tokenizer",
+        "num_proc",
+        "compile",
+        "max_steps",
+        "max_epochs",
+        "max_time",
+        "valid_every_steps",
+        "valid_every_minutes",
+        "valid_bleu_samples",
+        "valid_beam_size",
+        "valid_max_tokens",
+        "early_stopping_patience",
+        "checkpoint_every_steps",
+        "checkpoint_every_minutes",
+        "keep_last",
+        "average_last",
+        "log_every_steps",
+        "trackers",
+    }
+)
 
-_POSITIVE = ("max_length", "max_tokens", "update_freq", "num_proc", "warmup_steps", "keep_last", "log_every_steps",
-             "valid_beam_size")
+_POSITIVE = (
+    "max_length",
+    "max_tokens",
+    "update_freq",
+    "num_proc",
+    "warmup_steps",
+    "keep_last",
+    "log_every_steps",
+    "valid_beam_size",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,9 +369,14 @@ def _type_name(hint: Any) -> str:
         return f"a list of {_type_name(typing.get_args(hint)[0])}"
     if typing.get_origin(hint) is dict:
         return "a mapping"
-    return {type(None): "null", bool: "true/false", int: "an integer", float: "a number", str: "a string",
-            Path: "a path"}.get(
-        hint, str(hint))
+    return {
+        type(None): "null",
+        bool: "true/false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        Path: "a path",
+    }.get(hint, str(hint))
 
 
 def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> None:
@@ -358,9 +388,18 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
     for key in _POSITIVE:
         if getattr(recipe, key) <= 0:
             fail(key, f"must be positive, got {getattr(recipe, key)}")
-    for key in ("max_steps", "max_epochs", "valid_every_steps", "checkpoint_every_steps", "average_last",
-                "early_stopping_patience", "valid_max_tokens", "valid_every_minutes", "checkpoint_every_minutes",
-                "clip_norm"):
+    for key in (
+        "max_steps",
+        "max_epochs",
+        "valid_every_steps",
+        "checkpoint_every_steps",
+        "average_last",
+        "early_stopping_patience",
+        "valid_max_tokens",
+        "valid_every_minutes",
+        "checkpoint_every_minutes",
+        "clip_norm",
+    ):
         value = getattr(recipe, key)
         if value is not None and value <= 0:
             fail(key, f"must be positive or null, got {value}")
@@ -378,8 +417,10 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         except ValueError as err:
             fail("max_time", str(err))
     if recipe.best_metric == "bleu" and (recipe.valid_bleu_samples == 0 or recipe.valid_split is None):
-        fail("best_metric", "is 'bleu' but no BLEU is computed (valid_bleu_samples: 0 or valid_split: null); "
-                            "use best_metric: loss")
+        fail(
+            "best_metric",
+            "is 'bleu' but no BLEU is computed (valid_bleu_samples: 0 or valid_split: null); use best_metric: loss",
+        )
     try:
         recipe.data.validate()
     except AiaynError as err:
@@ -454,13 +495,23 @@ def recipe_field_docs(cls: type = TrainRecipe) -> dict[str, str]:
     body = tree.body[0].body
     docs = {}
     for node, following in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) \
-                and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
             docs[node.target.id] = following.value.value
     return docs
 
 
 __all__ = [
-    "ModelRecipe", "RESUMABLE_CHANGES", "TrainRecipe", "load_recipe", "parse_duration", "recipe_differences",
-    "recipe_field_docs", "save_recipe",
+    "ModelRecipe",
+    "RESUMABLE_CHANGES",
+    "TrainRecipe",
+    "load_recipe",
+    "parse_duration",
+    "recipe_differences",
+    "recipe_field_docs",
+    "save_recipe",
 ]

@@ -1,12 +1,12 @@
 """The output folder of a training run: what it holds, whether a new run may use it, where to resume.
 
-    OUTPUT/
-        recipe.yaml            the resolved recipe (written before the first step)
-        metrics.jsonl          one JSON record per log line and per validation
-        logs/                  accelerate's trackers (TensorBoard, ...)
-        checkpoint-<step>/     the last `keep_last` checkpoints and the best one
-        averaged/              the mean of the last `average_last` checkpoints (§6.1), at the end
-        learning_curve.png     train and validation loss, validation BLEU, at the end
+OUTPUT/
+    recipe.yaml            the resolved recipe (written before the first step)
+    metrics.jsonl          one JSON record per log line and per validation
+    logs/                  accelerate's trackers (TensorBoard, ...)
+    checkpoint-<step>/     the last `keep_last` checkpoints and the best one
+    averaged/              the mean of the last `average_last` checkpoints (§6.1), at the end
+    learning_curve.png     train and validation loss, validation BLEU, at the end
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import latest_checkpoint, read_trainer_state
 from ..errors import AiaynError
+from .checkpoint import latest_checkpoint, read_trainer_state
 from .recipe import TrainRecipe, load_recipe, recipe_differences
 
 RECIPE_FILE = "recipe.yaml"
@@ -52,7 +52,7 @@ class TrainState:
     tokenizer_hash: str = ""
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: Path) -> "TrainState":
+    def from_checkpoint(cls, checkpoint: Path) -> TrainState:
         data = read_trainer_state(checkpoint)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
@@ -75,8 +75,10 @@ def prepare_output_dir(recipe: TrainRecipe, resume: str | os.PathLike | None = N
     output = Path(recipe.output_dir)
     _check_same_run(output, recipe, "output folder", "choose another --output-dir")
     if not (output / RECIPE_FILE).is_file() and output.is_dir() and any(output.iterdir()):
-        raise AiaynError(f"output folder {output} is not empty and holds no aiayn run ({RECIPE_FILE} is missing); "
-                         "choose a new or empty --output-dir")
+        raise AiaynError(
+            f"output folder {output} is not empty and holds no aiayn run ({RECIPE_FILE} is missing); "
+            "choose a new or empty --output-dir"
+        )
     if resume is None:
         return latest_checkpoint(output)
     checkpoint = Path(resume)
@@ -103,11 +105,15 @@ def _check_same_run(folder: Path, recipe: TrainRecipe, what: str, advice: str) -
 def check_resumable(state: TrainState, checkpoint: Path, num_processes: int, tokenizer_hash: str) -> None:
     """The data position is per process, and the vocabulary must be the one trained with."""
     if state.num_processes != num_processes:
-        raise AiaynError(f"{checkpoint} was written by {state.num_processes} process(es); resume it with the same "
-                         f"number (now {num_processes})")
+        raise AiaynError(
+            f"{checkpoint} was written by {state.num_processes} process(es); resume it with the same "
+            f"number (now {num_processes})"
+        )
     if state.tokenizer_hash and state.tokenizer_hash != tokenizer_hash:
-        raise AiaynError(f"{checkpoint} was trained with another tokenizer than the one given; use the run's own "
-                         f"tokenizer (it is saved in the checkpoint folder)")
+        raise AiaynError(
+            f"{checkpoint} was trained with another tokenizer than the one given; use the run's own "
+            f"tokenizer (it is saved in the checkpoint folder)"
+        )
 
 
 class MetricsLog:

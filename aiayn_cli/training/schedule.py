@@ -71,8 +71,9 @@ def build_scheduler(
     if schedule == "noam":
         fn = partial(_noam_multiplier, d_model=d_model, warmup_steps=warmup_steps, lr_scale=lr_scale)
     elif schedule == "inverse_sqrt":
-        fn = partial(_inverse_sqrt_multiplier, peak_lr=peak_lr, warmup_steps=warmup_steps,
-                     warmup_init_lr=warmup_init_lr)
+        fn = partial(
+            _inverse_sqrt_multiplier, peak_lr=peak_lr, warmup_steps=warmup_steps, warmup_init_lr=warmup_init_lr
+        )
     else:
         raise ValueError(f"unknown lr schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     return LambdaLR(optimizer, fn)

@@ -36,15 +36,15 @@ import xxhash
 from torch.utils.data import DataLoader
 
 from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
-from .checkpoint import TRAINING_STATE_DIR, list_checkpoints, remove_incomplete
 from ..data.corpus import load_split
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from .checkpoint import TRAINING_STATE_DIR, list_checkpoints, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
+from .loop import Run, micro_batch_seed
 from .recipe import TrainRecipe, save_recipe
 from .run_folder import RECIPE_FILE, MetricsLog, TrainState, check_resumable, prepare_output_dir
 from .schedule import build_scheduler
-from .loop import Run, micro_batch_seed
 
 
 @dataclass
@@ -93,10 +93,23 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
     optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
     # foreach: a few kernels over all tensors. Not `fused`: its in-place updates do not advance the
     # parameters' version counters, by which the validation decoder knows its prepared weights are stale.
-    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=tuple(recipe.adam_betas), eps=recipe.adam_eps,
-                                weight_decay=recipe.weight_decay, foreach=True)
-    scheduler = build_scheduler(optimizer, recipe.lr_schedule, config.d_model, recipe.warmup_steps,
-                                lr_scale=recipe.lr_scale, peak_lr=recipe.lr, warmup_init_lr=recipe.warmup_init_lr)
+    optimizer = optimizer_class(
+        model.parameters(),
+        lr=1.0,
+        betas=tuple(recipe.adam_betas),
+        eps=recipe.adam_eps,
+        weight_decay=recipe.weight_decay,
+        foreach=True,
+    )
+    scheduler = build_scheduler(
+        optimizer,
+        recipe.lr_schedule,
+        config.d_model,
+        recipe.warmup_steps,
+        lr_scale=recipe.lr_scale,
+        peak_lr=recipe.lr,
+        warmup_init_lr=recipe.warmup_init_lr,
+    )
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)  # stepped by us: once per optimizer update
 
@@ -128,13 +141,20 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
     accelerator.end_training()
     checkpoints = list_checkpoints(output)
     return TrainResult(
-        output_dir=output, step=state.step, epoch=state.epoch, train_seconds=state.train_seconds,
+        output_dir=output,
+        step=state.step,
+        epoch=state.epoch,
+        train_seconds=state.train_seconds,
         cpu_seconds=state.cpu_seconds,
         tokens_per_second=(state.source_tokens + state.target_tokens) / max(state.train_seconds, 1e-9),
-        stopped_by=stopped_by, last_checkpoint=checkpoints[-1] if checkpoints else None,
+        stopped_by=stopped_by,
+        last_checkpoint=checkpoints[-1] if checkpoints else None,
         best_checkpoint=output / f"checkpoint-{state.best_step}" if state.best_step else None,
-        best_metric=state.best_metric, averaged=averaged, last_valid=state.last_valid,
-        averaged_valid=averaged_valid, is_main_process=main,
+        best_metric=state.best_metric,
+        averaged=averaged,
+        last_valid=state.last_valid,
+        averaged_valid=averaged_valid,
+        is_main_process=main,
     )
 
 
@@ -153,8 +173,12 @@ def make_accelerator(recipe: TrainRecipe):
     project = ProjectConfiguration(project_dir=recipe.output_dir, logging_dir=str(Path(recipe.output_dir) / "logs"))
     precision = {"mixed_precision": recipe.mixed_precision} if recipe.mixed_precision is not None else {}
     try:
-        return Accelerator(log_with=list(recipe.trackers) or None, project_config=project,
-                           step_scheduler_with_optimizer=False, **precision)
+        return Accelerator(
+            log_with=list(recipe.trackers) or None,
+            project_config=project,
+            step_scheduler_with_optimizer=False,
+            **precision,
+        )
     except ValueError as err:  # e.g. fp16 where the device has none
         raise AiaynError(f"accelerate: {str(err).strip().splitlines()[0]}") from None
 
@@ -174,14 +198,18 @@ def check_vocabulary(tokenizer, recipe: TrainRecipe) -> int:
     """The vocabulary size, after checking the tokenizer against the model's size and special ids."""
     size = len(tokenizer)
     if recipe.model.vocab_size is not None and recipe.model.vocab_size != size:
-        raise AiaynError(f"the tokenizer {recipe.tokenizer} has {size} tokens but model.vocab_size is "
-                         f"{recipe.model.vocab_size}; drop vocab_size from the recipe or use the matching tokenizer")
+        raise AiaynError(
+            f"the tokenizer {recipe.tokenizer} has {size} tokens but model.vocab_size is "
+            f"{recipe.model.vocab_size}; drop vocab_size from the recipe or use the matching tokenizer"
+        )
     for name, expected in (("pad", 0), ("bos", 1), ("eos", 2)):
         got = getattr(tokenizer, f"{name}_token_id")
         wrong = got != expected if got is not None or name != "bos" else False  # a tokenizer may have no <s>
         if wrong:
-            raise AiaynError(f"the tokenizer {recipe.tokenizer} has {name} id {got}, but the model expects "
-                             f"{expected} (<pad>=0 <s>=1 </s>=2): make it with `aiayn train-tokenizer`")
+            raise AiaynError(
+                f"the tokenizer {recipe.tokenizer} has {name} id {got}, but the model expects "
+                f"{expected} (<pad>=0 <s>=1 </s>=2): make it with `aiayn train-tokenizer`"
+            )
     return size
 
 
@@ -210,19 +238,28 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator) -> _Data:
         valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
         valid = tokenize_split(valid_raw, tokenizer, num_proc=recipe.num_proc) if valid_raw is not None else None
     if accelerator.is_main_process:
-        _echo(accelerator, str(train_raw.cleaning_report) + f"; {train.num_too_long} longer than "
-              f"{recipe.max_length} subword tokens dropped")
-    sampler = TokenBatchSampler.from_dataset(train, recipe.max_tokens, shuffle=True, seed=recipe.seed,
-                                             num_replicas=world, rank=rank)
+        _echo(
+            accelerator,
+            str(train_raw.cleaning_report) + f"; {train.num_too_long} longer than "
+            f"{recipe.max_length} subword tokens dropped",
+        )
+    sampler = TokenBatchSampler.from_dataset(
+        train, recipe.max_tokens, shuffle=True, seed=recipe.seed, num_replicas=world, rank=rank
+    )
     # A generator of its own: iterating the loader never touches the global RNG.
-    train_loader = DataLoader(train, batch_sampler=sampler, collate_fn=collate,
-                              generator=torch.Generator().manual_seed(recipe.seed))
+    train_loader = DataLoader(
+        train, batch_sampler=sampler, collate_fn=collate, generator=torch.Generator().manual_seed(recipe.seed)
+    )
     valid_loader, sources, references = None, [], []
     if valid is not None:
         longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
         valid_sampler = TokenBatchSampler.from_dataset(
-            valid, max(recipe.valid_max_tokens or recipe.max_tokens, longest), shuffle=False,
-            num_replicas=world, rank=rank)
+            valid,
+            max(recipe.valid_max_tokens or recipe.max_tokens, longest),
+            shuffle=False,
+            num_replicas=world,
+            rank=rank,
+        )
         valid_loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=collate)
         indices = range(len(valid_raw))
         if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
@@ -261,5 +298,13 @@ def _echo(accelerator, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-__all__ = ["TrainResult", "check_vocabulary", "load_data", "load_tokenizer", "make_accelerator",
-           "micro_batch_seed", "quiet_libraries", "train"]
+__all__ = [
+    "TrainResult",
+    "check_vocabulary",
+    "load_data",
+    "load_tokenizer",
+    "make_accelerator",
+    "micro_batch_seed",
+    "quiet_libraries",
+    "train",
+]

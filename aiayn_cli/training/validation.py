@@ -8,13 +8,13 @@ references.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import sacrebleu
 import torch
 
-from .loss import label_smoothed_cross_entropy
 from ..model.modeling_aiayn import shift_tokens_right
+from .loss import label_smoothed_cross_entropy
 
 
 @torch.no_grad()
@@ -33,8 +33,12 @@ def validation_loss(model, batches: Iterable[dict], accelerator, epsilon: float)
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
         decoder_input_ids = shift_tokens_right(batch["labels"], config.pad_token_id, config.decoder_start_token_id)
         with accelerator.autocast():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           decoder_input_ids=decoder_input_ids, use_cache=False).logits
+            logits = model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=decoder_input_ids,
+                use_cache=False,
+            ).logits
         out = label_smoothed_cross_entropy(logits, batch["labels"], epsilon, config.pad_token_id)
         sums += torch.stack([out.loss.double(), out.nll.double(), out.ntokens.double()])
     model.train(was_training)
@@ -60,8 +64,9 @@ def translate_sample(model, tokenizer, sources: list[str], beam_size: int = 1, m
         model.train(was_training)
 
 
-def validation_bleu(model, tokenizer, sources: list[str], references: list[str], accelerator,
-                    beam_size: int = 1, max_tokens: int = 4096) -> tuple[float, list[str]]:
+def validation_bleu(
+    model, tokenizer, sources: list[str], references: list[str], accelerator, beam_size: int = 1, max_tokens: int = 4096
+) -> tuple[float, list[str]]:
     """sacreBLEU of the sample, decoded in shards by every process; (BLEU, hypotheses) on every process."""
     from accelerate.utils import gather_object
 

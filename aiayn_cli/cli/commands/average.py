@@ -1,14 +1,14 @@
 """`aiayn average`: one model from the element-wise mean of checkpoints (§6.1).
 
-    aiayn average runs/base --last 5 -o runs/base/averaged        # the paper's base models
-    aiayn average runs/big --last 20 -o runs/big/averaged         # the big models
-    aiayn average runs/x/checkpoint-100 runs/x/checkpoint-200 -o avg
+aiayn average runs/base --last 5 -o runs/base/averaged        # the paper's base models
+aiayn average runs/big --last 20 -o runs/big/averaged         # the big models
+aiayn average runs/x/checkpoint-100 runs/x/checkpoint-200 -o avg
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,11 +16,17 @@ from ...errors import AiaynError
 
 
 def average(
-    paths: Annotated[list[Path], typer.Argument(
-        help="Checkpoint folders, or with --last one run folder (the output folder of `aiayn train`).")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Checkpoint folders, or with --last one run folder (the output folder of `aiayn train`)."),
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="The new model folder (Hub format).")],
-    last: Annotated[Optional[int], typer.Option(
-        "--last", min=1, help="Average the N newest checkpoints of the run folder (paper: base 5, big 20).")] = None,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            "--last", min=1, help="Average the N newest checkpoints of the run folder (paper: base 5, big 20)."
+        ),
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
     """Average checkpoints element-wise into a new Hub-format model folder."""

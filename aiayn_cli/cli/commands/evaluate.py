@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .. import options
 from ...errors import AiaynError
+from ...evaluation.scoring import (
+    METRICS,
+    check_output_path,
+    format_table,
+    language_from_path,
+    read_parallel,
+    score,
+    write_json,
+)
 from ...files import atomic_open
-from ...evaluation.scoring import METRICS, check_output_path, format_table, language_from_path, read_parallel, score, write_json
+from .. import options
 
 
 def evaluate(
     hypotheses: Annotated[
-        Optional[Path],
-        typer.Option("--hypotheses", "-i", metavar="FILE", help="Translations to score, one per line (UTF-8).", show_default=False),
+        Path | None,
+        typer.Option(
+            "--hypotheses",
+            "-i",
+            metavar="FILE",
+            help="Translations to score, one per line (UTF-8).",
+            show_default=False,
+        ),
     ] = None,
     references: Annotated[
-        Optional[list[Path]],
+        list[Path] | None,
         typer.Option(
-            "--references", "-r", metavar="FILE",
+            "--references",
+            "-r",
+            metavar="FILE",
             help="Reference translations, line-aligned with the hypotheses; repeat for several references.",
             show_default=False,
         ),
@@ -38,9 +54,10 @@ def evaluate(
         ),
     ] = False,
     lang: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
-            "--lang", metavar="LANG",
+            "--lang",
+            metavar="LANG",
             help="Language of the references for the Moses tokenizer of --paper-bleu "
             "(default: the reference file's suffix, e.g. test2016.de -> de).",
             show_default=False,
@@ -48,18 +65,24 @@ def evaluate(
     ] = None,
     width: Annotated[int, typer.Option("--width", min=0, max=10, help="Decimals of the printed scores.")] = 2,
     json_path: Annotated[
-        Optional[Path], typer.Option("--json", metavar="FILE", help="Also write the results as JSON to this file.", show_default=False)
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Also write the results as JSON to this file.", show_default=False),
     ] = None,
     model: Annotated[
-        Optional[str],
-        typer.Option("--model", metavar="PATH_OR_HUB_ID",
-                     help="Translate the sources of the data split with this model (the paper's beam search) and "
-                     "score the translations.", show_default=False),
+        str | None,
+        typer.Option(
+            "--model",
+            metavar="PATH_OR_HUB_ID",
+            help="Translate the sources of the data split with this model (the paper's beam search) and "
+            "score the translations.",
+            show_default=False,
+        ),
     ] = None,
     output: Annotated[
-        Optional[Path],
-        typer.Option("--output", "-o", metavar="FILE", help="With --model: also write the translations here.",
-                     show_default=False),
+        Path | None,
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="With --model: also write the translations here.", show_default=False
+        ),
     ] = None,
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
@@ -85,9 +108,17 @@ def evaluate(
     if data_given:
         if references:
             raise AiaynError("give --references or data options (--data-dir, --dataset, ...), not both")
-        spec = options.data_spec(dataset=dataset, dataset_config=dataset_config, data_dir=data_dir, prefix=prefix,
-                                 source_file=source_file, target_file=target_file, data_file=data_file,
-                                 source_lang=source_lang, target_lang=target_lang)
+        spec = options.data_spec(
+            dataset=dataset,
+            dataset_config=dataset_config,
+            data_dir=data_dir,
+            prefix=prefix,
+            source_file=source_file,
+            target_file=target_file,
+            data_file=data_file,
+            source_lang=source_lang,
+            target_lang=target_lang,
+        )
         hyps, refs, inputs, file_lang = _split_inputs(spec, split, hypotheses, model, output)
     elif model is not None:
         raise AiaynError("--model needs data options (e.g. --data-dir DIR -s en -t de --split test) to translate")
@@ -108,7 +139,7 @@ def evaluate(
         typer.echo(f"wrote {json_path}", err=True)
 
 
-def _split_inputs(spec, split: str, hypotheses: Optional[Path], model: Optional[str], output: Optional[Path]):
+def _split_inputs(spec, split: str, hypotheses: Path | None, model: str | None, output: Path | None):
     """References from a data split; hypotheses from a file, or translated from the split by a model."""
     from ...data.corpus import load_split
 
@@ -119,8 +150,10 @@ def _split_inputs(spec, split: str, hypotheses: Optional[Path], model: Optional[
     if report is not None:
         typer.echo(str(report), err=True)
     refs = [[ref] for ref in data["target"]]
-    inputs = {"data": str(spec.dataset or spec.data_dir or spec.prefix or spec.data_file or spec.target_file),
-              "split": split}
+    inputs = {
+        "data": str(spec.dataset or spec.data_dir or spec.prefix or spec.data_file or spec.target_file),
+        "split": split,
+    }
     if model is not None:
         from ...decoding.translator import Translator
 
@@ -147,7 +180,7 @@ def _read_hypotheses(path: Path, expected: int, split: str) -> list[str]:
     return hyps
 
 
-def _inputs(hypotheses: Optional[Path], references: Optional[list[Path]]):
+def _inputs(hypotheses: Path | None, references: list[Path] | None):
     """Hypotheses, references (per segment), a description of where they came from, and the
     references' language where their file name tells it."""
     if hypotheses is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,40 +14,101 @@ from ...hub.publish import CardInfo, push_folder, stage_folder
 
 
 def push(
-    model_dir: Annotated[Path, typer.Argument(metavar="MODEL_DIR", help="A folder written by `aiayn train` or `aiayn average`.")],
-    repo_id: Annotated[str, typer.Option("--repo-id", metavar="USER/NAME", help="The Hub repository to create or update.")],
+    model_dir: Annotated[
+        Path, typer.Argument(metavar="MODEL_DIR", help="A folder written by `aiayn train` or `aiayn average`.")
+    ],
+    repo_id: Annotated[
+        str, typer.Option("--repo-id", metavar="USER/NAME", help="The Hub repository to create or update.")
+    ],
     private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
-    revision: Annotated[Optional[str], typer.Option("--revision", metavar="BRANCH", help="Upload to this branch (created if needed).", show_default=False)] = None,
-    commit_message: Annotated[Optional[str], typer.Option("--commit-message", metavar="TEXT", help="The commit message.", show_default=False)] = None,
-    token: Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", help="A write token (default: $HF_TOKEN or the saved login). Never printed.", show_default=False)] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the exact folder and list what would be uploaded; upload nothing.")] = False,
-    output_dir: Annotated[Optional[Path], typer.Option("--output-dir", metavar="DIR", help="Where the folder is written (default: MODEL_DIR-hub with --dry-run, a temporary folder otherwise).", show_default=False)] = None,
-    eval_json: Annotated[Optional[Path], typer.Option("--eval-json", metavar="FILE", help="Results written by `aiayn evaluate --json`, for the model card.", show_default=False)] = None,
-    eval_split: Annotated[Optional[str], typer.Option("--eval-split", metavar="NAME", help="The split those results are on (e.g. test2016).", show_default=False)] = None,
-    source_lang: Annotated[Optional[str], typer.Option("--source-lang", "-s", help="Source language (default: from the recipe).", show_default=False)] = None,
-    target_lang: Annotated[Optional[str], typer.Option("--target-lang", "-t", help="Target language (default: from the recipe).", show_default=False)] = None,
+    revision: Annotated[
+        str | None,
+        typer.Option(
+            "--revision", metavar="BRANCH", help="Upload to this branch (created if needed).", show_default=False
+        ),
+    ] = None,
+    commit_message: Annotated[
+        str | None, typer.Option("--commit-message", metavar="TEXT", help="The commit message.", show_default=False)
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            metavar="TOKEN",
+            help="A write token (default: $HF_TOKEN or the saved login). Never printed.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Write the exact folder and list what would be uploaded; upload nothing.")
+    ] = False,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir",
+            metavar="DIR",
+            help="Where the folder is written (default: MODEL_DIR-hub with --dry-run, a temporary folder otherwise).",
+            show_default=False,
+        ),
+    ] = None,
+    eval_json: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-json",
+            metavar="FILE",
+            help="Results written by `aiayn evaluate --json`, for the model card.",
+            show_default=False,
+        ),
+    ] = None,
+    eval_split: Annotated[
+        str | None,
+        typer.Option(
+            "--eval-split", metavar="NAME", help="The split those results are on (e.g. test2016).", show_default=False
+        ),
+    ] = None,
+    source_lang: Annotated[
+        str | None,
+        typer.Option("--source-lang", "-s", help="Source language (default: from the recipe).", show_default=False),
+    ] = None,
+    target_lang: Annotated[
+        str | None,
+        typer.Option("--target-lang", "-t", help="Target language (default: from the recipe).", show_default=False),
+    ] = None,
     license: Annotated[str, typer.Option("--license", help="License of the model card's metadata.")] = "apache-2.0",
-    dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Dataset name(s) for the card (default: from the recipe).", show_default=False)] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option("--dataset", help="Dataset name(s) for the card (default: from the recipe).", show_default=False),
+    ] = None,
 ) -> None:
     """Upload a model folder, with its tokenizer, code and model card, to the Hugging Face Hub."""
     if "/" not in repo_id or repo_id.count("/") != 1:
         raise AiaynError(f"--repo-id {repo_id!r}: expected USER/NAME")
     evaluation = _read_json(eval_json) if eval_json else None
-    info = CardInfo(repo_id=repo_id, source_lang=source_lang, target_lang=target_lang, license=license,
-                    datasets=list(dataset or []), evaluation=evaluation, evaluation_split=eval_split)
+    info = CardInfo(
+        repo_id=repo_id,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        license=license,
+        datasets=list(dataset or []),
+        evaluation=evaluation,
+        evaluation_split=eval_split,
+    )
     if dry_run:
         target = output_dir or model_dir.with_name(model_dir.name + "-hub")
         files = stage_folder(model_dir, target, info)
-        typer.echo(f"dry run: would upload {len(files)} files from {target} to {repo_id}"
-                   + (f" (branch {revision})" if revision else ""))
+        typer.echo(
+            f"dry run: would upload {len(files)} files from {target} to {repo_id}"
+            + (f" (branch {revision})" if revision else "")
+        )
         for path in files:
             typer.echo(f"  {path.relative_to(target)}  ({path.stat().st_size:,} bytes)")
         return
     with tempfile.TemporaryDirectory(prefix="aiayn-push-") as tmp:
         target = output_dir or Path(tmp) / "upload"
         stage_folder(model_dir, target, info)
-        url = push_folder(target, repo_id, token=token, private=private, revision=revision,
-                          commit_message=commit_message)
+        url = push_folder(
+            target, repo_id, token=token, private=private, revision=revision, commit_message=commit_message
+        )
     typer.echo(f"pushed {model_dir} to https://huggingface.co/{repo_id}  ({url})")
 
 

@@ -19,7 +19,9 @@ The same steps on real data (Multi30k from a local folder; WMT14 from the Hub):
 
 
 def quickstart(
-    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where the corpus, tokenizer and run go.")] = Path("aiayn-quickstart"),
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", "-o", help="Where the corpus, tokenizer and run go.")
+    ] = Path("aiayn-quickstart"),
     minutes: Annotated[float, typer.Option("--minutes", help="Training time budget in minutes.")] = 2.5,
     train_pairs: Annotated[int, typer.Option("--train-pairs", min=1000, help="Generated training pairs.")] = 20000,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the corpus, the model and the batches.")] = 0,

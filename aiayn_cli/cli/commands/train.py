@@ -1,57 +1,98 @@
 """`aiayn train RECIPE.yaml [flags]`: the paper's training recipe (§5), on one CPU or under `accelerate launch`.
 
-    aiayn train recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k
-    accelerate launch -m aiayn_cli train recipes/multi30k_en_de.yaml          # several GPUs / machines
-    aiayn train recipes/multi30k_en_de.yaml                                   # again, after a kill: resumes
+aiayn train recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k
+accelerate launch -m aiayn_cli train recipes/multi30k_en_de.yaml          # several GPUs / machines
+aiayn train recipes/multi30k_en_de.yaml                                   # again, after a kill: resumes
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 import yaml
 
-from .. import options
 from ...errors import AiaynError
+from .. import options
 
 PANEL_RUN = "Run"
 
 
 def train(
-    recipe: Annotated[Optional[Path], typer.Argument(
-        help="A recipe (YAML): recipes/*.yaml. Flags override its keys.")] = None,
-    output_dir: Annotated[Optional[Path], typer.Option(
-        "--output-dir", "-o", rich_help_panel=PANEL_RUN, help="Where checkpoints, metrics and the resolved recipe go.")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option(
-        "--tokenizer", rich_help_panel=PANEL_RUN, help="The folder written by `aiayn train-tokenizer`.")] = None,
-    resume: Annotated[Optional[Path], typer.Option(
-        "--resume", rich_help_panel=PANEL_RUN,
-        help="Continue from this checkpoint. Default: the newest checkpoint in --output-dir if it holds this run.")] = None,
-    preset: Annotated[Optional[str], typer.Option(
-        "--preset", rich_help_panel=PANEL_RUN, help="Model size: base, big (Table 3), small, tiny.")] = None,
-    max_steps: Annotated[Optional[int], typer.Option("--max-steps", rich_help_panel=PANEL_RUN,
-                                                     help="Stop after this many optimizer steps.")] = None,
-    max_epochs: Annotated[Optional[int], typer.Option("--max-epochs", rich_help_panel=PANEL_RUN,
-                                                      help="Stop after this many epochs.")] = None,
-    max_time: Annotated[Optional[str], typer.Option(
-        "--max-time", rich_help_panel=PANEL_RUN, help="Stop after this much training: minutes, or 90m, 1.5h, 3600s.")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(
-        "--max-tokens", rich_help_panel=PANEL_RUN, help="Tokens per batch and process, padding included.")] = None,
-    update_freq: Annotated[Optional[int], typer.Option(
-        "--update-freq", rich_help_panel=PANEL_RUN, help="Batches accumulated per optimizer step.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", rich_help_panel=PANEL_RUN, help="The run's seed.")] = None,
-    mixed_precision: Annotated[Optional[str], typer.Option(
-        "--mixed-precision", rich_help_panel=PANEL_RUN,
-        help="no, fp16 or bf16 (default: what accelerate launch / accelerate config say).")] = None,
-    compile: Annotated[Optional[bool], typer.Option(
-        "--compile/--no-compile", rich_help_panel=PANEL_RUN, help="Run the model through torch.compile.")] = None,
-    set_values: Annotated[Optional[list[str]], typer.Option(
-        "--set", rich_help_panel=PANEL_RUN, metavar="KEY=VALUE",
-        help="Override any recipe key (YAML value), e.g. --set lr_scale=2 --set model.dropout=0.3.")] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", rich_help_panel=PANEL_RUN,
-                                           help="Show a progress bar on stderr.")] = True,
+    recipe: Annotated[
+        Path | None, typer.Argument(help="A recipe (YAML): recipes/*.yaml. Flags override its keys.")
+    ] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir",
+            "-o",
+            rich_help_panel=PANEL_RUN,
+            help="Where checkpoints, metrics and the resolved recipe go.",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option("--tokenizer", rich_help_panel=PANEL_RUN, help="The folder written by `aiayn train-tokenizer`."),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            rich_help_panel=PANEL_RUN,
+            help="Continue from this checkpoint. Default: the newest checkpoint in --output-dir if it holds this run.",
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option("--preset", rich_help_panel=PANEL_RUN, help="Model size: base, big (Table 3), small, tiny."),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", rich_help_panel=PANEL_RUN, help="Stop after this many optimizer steps.")
+    ] = None,
+    max_epochs: Annotated[
+        int | None, typer.Option("--max-epochs", rich_help_panel=PANEL_RUN, help="Stop after this many epochs.")
+    ] = None,
+    max_time: Annotated[
+        str | None,
+        typer.Option(
+            "--max-time", rich_help_panel=PANEL_RUN, help="Stop after this much training: minutes, or 90m, 1.5h, 3600s."
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", rich_help_panel=PANEL_RUN, help="Tokens per batch and process, padding included."),
+    ] = None,
+    update_freq: Annotated[
+        int | None,
+        typer.Option("--update-freq", rich_help_panel=PANEL_RUN, help="Batches accumulated per optimizer step."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", rich_help_panel=PANEL_RUN, help="The run's seed.")] = None,
+    mixed_precision: Annotated[
+        str | None,
+        typer.Option(
+            "--mixed-precision",
+            rich_help_panel=PANEL_RUN,
+            help="no, fp16 or bf16 (default: what accelerate launch / accelerate config say).",
+        ),
+    ] = None,
+    compile: Annotated[
+        bool | None,
+        typer.Option("--compile/--no-compile", rich_help_panel=PANEL_RUN, help="Run the model through torch.compile."),
+    ] = None,
+    set_values: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            rich_help_panel=PANEL_RUN,
+            metavar="KEY=VALUE",
+            help="Override any recipe key (YAML value), e.g. --set lr_scale=2 --set model.dropout=0.3.",
+        ),
+    ] = None,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", rich_help_panel=PANEL_RUN, help="Show a progress bar on stderr.")
+    ] = True,
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
     data_dir: options.DataDirOpt = None,
@@ -68,15 +109,32 @@ def train(
     from ...training.trainer import train as run_training
 
     overrides = _set_overrides(set_values or [])
-    sources = {"dataset": dataset, "data_dir": data_dir, "prefix": prefix, "source_file": source_file,
-               "target_file": target_file, "data_file": data_file}
+    sources = {
+        "dataset": dataset,
+        "data_dir": data_dir,
+        "prefix": prefix,
+        "source_file": source_file,
+        "target_file": target_file,
+        "data_file": data_file,
+    }
     if any(v is not None for v in sources.values()):  # a data source on the command line replaces the recipe's
         overrides.update({f"data.{k}": str(v) if v is not None else None for k, v in sources.items()})
-    flags = {"output_dir": output_dir, "tokenizer": tokenizer, "model.preset": preset, "max_steps": max_steps,
-             "max_epochs": max_epochs, "max_time": max_time, "max_tokens": max_tokens, "update_freq": update_freq,
-             "seed": seed, "mixed_precision": mixed_precision, "compile": compile,
-             "data.dataset_config": dataset_config, "data.source_lang": source_lang,
-             "data.target_lang": target_lang}
+    flags = {
+        "output_dir": output_dir,
+        "tokenizer": tokenizer,
+        "model.preset": preset,
+        "max_steps": max_steps,
+        "max_epochs": max_epochs,
+        "max_time": max_time,
+        "max_tokens": max_tokens,
+        "update_freq": update_freq,
+        "seed": seed,
+        "mixed_precision": mixed_precision,
+        "compile": compile,
+        "data.dataset_config": dataset_config,
+        "data.source_lang": source_lang,
+        "data.target_lang": target_lang,
+    }
     overrides.update({k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None})
     if recipe is None and not overrides:
         raise AiaynError("give a recipe (recipes/*.yaml) or the keys as flags")
@@ -103,8 +161,10 @@ def _report(result) -> None:
     if not result.is_main_process:
         return
     minutes = result.train_seconds / 60
-    typer.echo(f"trained {result.step} steps ({result.epoch} epochs) in {minutes:.1f} min, "
-               f"{result.tokens_per_second:,.0f} tokens/s; stopped by {result.stopped_by}")
+    typer.echo(
+        f"trained {result.step} steps ({result.epoch} epochs) in {minutes:.1f} min, "
+        f"{result.tokens_per_second:,.0f} tokens/s; stopped by {result.stopped_by}"
+    )
     if result.last_valid:
         typer.echo("last validation: " + ", ".join(f"{k} {v:.3f}" for k, v in result.last_valid.items()))
     if result.best_checkpoint is not None:

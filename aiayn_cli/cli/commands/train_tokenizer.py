@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .. import options
 from ...data.corpus import load_split
-from ...data.tokenization import MODELS, check_output_dir, train_tokenizer as train_joint_tokenizer
+from ...data.tokenization import MODELS, check_output_dir
+from ...data.tokenization import train_tokenizer as train_joint_tokenizer
+from .. import options
 
 
 def train_tokenizer(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write tokenizer.json and tokenizer_config.json to.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder to write tokenizer.json and tokenizer_config.json to.")
+    ],
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
     data_dir: options.DataDirOpt = None,
@@ -30,28 +33,53 @@ def train_tokenizer(
     max_length: options.MaxLengthOpt = None,
     max_ratio: options.MaxRatioOpt = None,
     dedup: options.DedupOpt = False,
-    vocab_size: Annotated[int, typer.Option("--vocab-size", help="Size of the joint vocabulary (paper: ~37,000).")] = 37000,
+    vocab_size: Annotated[
+        int, typer.Option("--vocab-size", help="Size of the joint vocabulary (paper: ~37,000).")
+    ] = 37000,
     model: Annotated[str, typer.Option("--model", help=f"Subword model: {' or '.join(MODELS)}.")] = "bpe",
-    min_frequency: Annotated[int, typer.Option("--min-frequency", help="BPE: fewest occurrences of a pair to merge it.")] = 2,
-    max_sentences: Annotated[Optional[int], typer.Option(
-        "--max-sentences", help="Train on a uniform random sample of this many sentence pairs.")] = None,
+    min_frequency: Annotated[
+        int, typer.Option("--min-frequency", help="BPE: fewest occurrences of a pair to merge it.")
+    ] = 2,
+    max_sentences: Annotated[
+        int | None,
+        typer.Option("--max-sentences", help="Train on a uniform random sample of this many sentence pairs."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the --max-sentences sample.")] = 0,
-    model_max_length: Annotated[int, typer.Option(
-        "--model-max-length", help="Longest input in tokens, recorded in tokenizer_config.json.")] = 1024,
+    model_max_length: Annotated[
+        int, typer.Option("--model-max-length", help="Longest input in tokens, recorded in tokenizer_config.json.")
+    ] = 1024,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
     """Train the shared BPE (or unigram) vocabulary of both languages; it loads with AutoTokenizer."""
     spec = options.data_spec(
-        dataset=dataset, dataset_config=dataset_config, data_dir=data_dir, prefix=prefix, source_file=source_file,
-        target_file=target_file, data_file=data_file, data_format=data_format, source_lang=source_lang,
-        target_lang=target_lang, source_column=source_column, target_column=target_column,
-        max_length=max_length, max_ratio=max_ratio, dedup=dedup,
+        dataset=dataset,
+        dataset_config=dataset_config,
+        data_dir=data_dir,
+        prefix=prefix,
+        source_file=source_file,
+        target_file=target_file,
+        data_file=data_file,
+        data_format=data_format,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        source_column=source_column,
+        target_column=target_column,
+        max_length=max_length,
+        max_ratio=max_ratio,
+        dedup=dedup,
     )
     check_output_dir(output, overwrite)  # before reading a corpus that may be large
     corpus = load_split(spec, split)
     typer.echo(corpus.cleaning_report, err=True)
     tokenizer = train_joint_tokenizer(
-        corpus, vocab_size=vocab_size, model=model, min_frequency=min_frequency, max_sentences=max_sentences,
-        seed=seed, output_dir=output, overwrite=overwrite, model_max_length=model_max_length,
+        corpus,
+        vocab_size=vocab_size,
+        model=model,
+        min_frequency=min_frequency,
+        max_sentences=max_sentences,
+        seed=seed,
+        output_dir=output,
+        overwrite=overwrite,
+        model_max_length=model_max_length,
     )
     typer.echo(f"wrote a {model} tokenizer of {len(tokenizer)} tokens to {output}")

@@ -6,84 +6,189 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, BinaryIO, Iterable, Optional
+from typing import Annotated, BinaryIO
 
 import torch
 import typer
 
+from ...decoding.translator import BATCH_SIZE, MAX_TOKENS, ON_LONG, Translator, decode_lines
 from ...errors import AiaynError
 from ...files import atomic_open
-from ...decoding.translator import BATCH_SIZE, MAX_TOKENS, ON_LONG, Translator, decode_lines
 
 DECODING = "Decoding (default: the model's generation_config)"
 BATCHING = "Batching and device"
 
 # The flag that sets each decoding option, for error messages.
-FLAGS = {"num_beams": "--beam", "nbest": "--nbest", "length_penalty": "--length-penalty",
-         "length_penalty_style": "--length-penalty-style", "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
-         "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "min_len": "--min-len"}
+FLAGS = {
+    "num_beams": "--beam",
+    "nbest": "--nbest",
+    "length_penalty": "--length-penalty",
+    "length_penalty_style": "--length-penalty-style",
+    "max_len_a": "--max-len-a",
+    "max_len_b": "--max-len-b",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "min_len": "--min-len",
+}
 
 
 def translate(
-    sentences: Annotated[Optional[list[str]], typer.Argument(
-        help="Sentences to translate; without them (and without --input), standard input is read and each "
-             "line is translated as soon as it arrives.", show_default=False)] = None,
-    model: Annotated[str, typer.Option("--model", "-m", metavar="PATH_OR_HUB_ID",
-                                       help="A model folder saved by aiayn train, or a Hub id.")] = ...,
-    input: Annotated[Optional[Path], typer.Option(
-        "--input", "-i", metavar="FILE", help="Translate this file, one sentence per line ('-': standard input).",
-        show_default=False)] = None,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", metavar="FILE", help="Write the translations here (default: standard output).",
-        show_default=False)] = None,
-    beam: Annotated[Optional[int], typer.Option("--beam", "-b", min=1, rich_help_panel=DECODING,
-                                                help="Beam size; 1 is greedy search.", show_default=False)] = None,
-    nbest: Annotated[int, typer.Option(
-        "--nbest", min=1, rich_help_panel=DECODING,
-        help="Print the N best hypotheses of each input, as N lines 'INDEX ||| TRANSLATION ||| SCORE' (INDEX counts "
-             "inputs from 0; SCORE is log p / length penalty; an empty input gives N empty hypotheses of score 0); "
-             "N samples with --sample.")] = 1,
-    length_penalty: Annotated[Optional[float], typer.Option(
-        "--length-penalty", "--alpha", rich_help_panel=DECODING, help="alpha of the length penalty.",
-        show_default=False)] = None,
-    length_penalty_style: Annotated[Optional[str], typer.Option(
-        "--length-penalty-style", rich_help_panel=DECODING,
-        help="gnmt: ((5 + |Y|) / 6)^alpha, the paper's; hf: |Y|^alpha, as generate().", show_default=False)] = None,
-    max_len_a: Annotated[Optional[float], typer.Option(
-        "--max-len-a", rich_help_panel=DECODING, help="At most a * input length + b tokens per output.",
-        show_default=False)] = None,
-    max_len_b: Annotated[Optional[int], typer.Option(
-        "--max-len-b", rich_help_panel=DECODING, help="See --max-len-a.", show_default=False)] = None,
-    sample: Annotated[bool, typer.Option("--sample", rich_help_panel=DECODING,
-                                         help="Sample from the model instead of searching.")] = False,
-    temperature: Annotated[Optional[float], typer.Option("--temperature", rich_help_panel=DECODING,
-                                                         help="Sampling temperature.", show_default=False)] = None,
-    top_k: Annotated[Optional[int], typer.Option("--top-k", rich_help_panel=DECODING,
-                                                 help="Sample among the k most likely tokens (0: all).",
-                                                 show_default=False)] = None,
-    top_p: Annotated[Optional[float], typer.Option("--top-p", rich_help_panel=DECODING,
-                                                   help="Sample within the smallest set of tokens of probability >= p.",
-                                                   show_default=False)] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", rich_help_panel=DECODING, help="Seed for --sample.",
-                                                show_default=False)] = None,
-    on_long: Annotated[str, typer.Option(
-        "--on-long", rich_help_panel=BATCHING,
-        help=f"Inputs longer than the model's limit: {' | '.join(ON_LONG)} (skip gives an empty line).")] = "truncate",
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, rich_help_panel=BATCHING,
-                                            help="Source tokens per batch, padding included.")] = MAX_TOKENS,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, rich_help_panel=BATCHING,
-                                            help="Sentences per batch.")] = BATCH_SIZE,
-    device: Annotated[str, typer.Option("--device", rich_help_panel=BATCHING,
-                                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.")] = "auto",
+    sentences: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Sentences to translate; without them (and without --input), standard input is read and each "
+            "line is translated as soon as it arrives.",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
+        ),
+    ] = ...,
+    input: Annotated[
+        Path | None,
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="FILE",
+            help="Translate this file, one sentence per line ('-': standard input).",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write the translations here (default: standard output).",
+            show_default=False,
+        ),
+    ] = None,
+    beam: Annotated[
+        int | None,
+        typer.Option(
+            "--beam", "-b", min=1, rich_help_panel=DECODING, help="Beam size; 1 is greedy search.", show_default=False
+        ),
+    ] = None,
+    nbest: Annotated[
+        int,
+        typer.Option(
+            "--nbest",
+            min=1,
+            rich_help_panel=DECODING,
+            help="Print the N best hypotheses of each input, as N lines 'INDEX ||| TRANSLATION ||| SCORE' (INDEX counts "
+            "inputs from 0; SCORE is log p / length penalty; an empty input gives N empty hypotheses of score 0); "
+            "N samples with --sample.",
+        ),
+    ] = 1,
+    length_penalty: Annotated[
+        float | None,
+        typer.Option(
+            "--length-penalty",
+            "--alpha",
+            rich_help_panel=DECODING,
+            help="alpha of the length penalty.",
+            show_default=False,
+        ),
+    ] = None,
+    length_penalty_style: Annotated[
+        str | None,
+        typer.Option(
+            "--length-penalty-style",
+            rich_help_panel=DECODING,
+            help="gnmt: ((5 + |Y|) / 6)^alpha, the paper's; hf: |Y|^alpha, as generate().",
+            show_default=False,
+        ),
+    ] = None,
+    max_len_a: Annotated[
+        float | None,
+        typer.Option(
+            "--max-len-a",
+            rich_help_panel=DECODING,
+            help="At most a * input length + b tokens per output.",
+            show_default=False,
+        ),
+    ] = None,
+    max_len_b: Annotated[
+        int | None, typer.Option("--max-len-b", rich_help_panel=DECODING, help="See --max-len-a.", show_default=False)
+    ] = None,
+    sample: Annotated[
+        bool, typer.Option("--sample", rich_help_panel=DECODING, help="Sample from the model instead of searching.")
+    ] = False,
+    temperature: Annotated[
+        float | None,
+        typer.Option("--temperature", rich_help_panel=DECODING, help="Sampling temperature.", show_default=False),
+    ] = None,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            rich_help_panel=DECODING,
+            help="Sample among the k most likely tokens (0: all).",
+            show_default=False,
+        ),
+    ] = None,
+    top_p: Annotated[
+        float | None,
+        typer.Option(
+            "--top-p",
+            rich_help_panel=DECODING,
+            help="Sample within the smallest set of tokens of probability >= p.",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", rich_help_panel=DECODING, help="Seed for --sample.", show_default=False)
+    ] = None,
+    on_long: Annotated[
+        str,
+        typer.Option(
+            "--on-long",
+            rich_help_panel=BATCHING,
+            help=f"Inputs longer than the model's limit: {' | '.join(ON_LONG)} (skip gives an empty line).",
+        ),
+    ] = "truncate",
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens", min=1, rich_help_panel=BATCHING, help="Source tokens per batch, padding included."
+        ),
+    ] = MAX_TOKENS,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, rich_help_panel=BATCHING, help="Sentences per batch.")
+    ] = BATCH_SIZE,
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device", rich_help_panel=BATCHING, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
+        ),
+    ] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", rich_help_panel=BATCHING, help="fp32, bf16 or fp16.")] = "fp32",
-    threads: Annotated[Optional[int], typer.Option(
-        "--threads", min=1, rich_help_panel=BATCHING,
-        help="CPU threads (default: PyTorch's, one per core); 1 is faster on a busy machine or for tiny models.",
-        show_default=False)] = None,
-    progress: Annotated[Optional[bool], typer.Option(
-        "--progress/--no-progress", rich_help_panel=BATCHING,
-        help="Show a progress bar on stderr (default: when translating a file).", show_default=False)] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            min=1,
+            rich_help_panel=BATCHING,
+            help="CPU threads (default: PyTorch's, one per core); 1 is faster on a busy machine or for tiny models.",
+            show_default=False,
+        ),
+    ] = None,
+    progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress",
+            rich_help_panel=BATCHING,
+            help="Show a progress bar on stderr (default: when translating a file).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Translate sentences: N lines in, N lines out, in order (an empty line gives an empty line)."""
     _warnings_to_stderr()
@@ -94,10 +199,22 @@ def translate(
     if threads is not None:
         torch.set_num_threads(threads)
     translator = Translator.from_pretrained(model, device=device, dtype=dtype)
-    options = dict(num_beams=1 if sample else beam, nbest=nbest, length_penalty=length_penalty,
-                   length_penalty_style=length_penalty_style, max_len_a=max_len_a, max_len_b=max_len_b,
-                   do_sample=sample or None, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                   on_long=on_long, max_tokens=max_tokens, batch_size=batch_size)
+    options = dict(
+        num_beams=1 if sample else beam,
+        nbest=nbest,
+        length_penalty=length_penalty,
+        length_penalty_style=length_penalty_style,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        do_sample=sample or None,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        on_long=on_long,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+    )
     try:
         if sentences:
             results = translator.translate_nbest(list(sentences), source="argument", **options)
@@ -110,8 +227,13 @@ def translate(
             results = translator.translate_nbest(lines, source=str(input), progress=progress is not False, **options)
             _write(results, nbest, output)
         else:
-            stream = translator.translate_stream(decode_lines(sys.stdin.buffer, source="stdin"), source="stdin",
-                                                 with_scores=True, progress=bool(progress), **options)
+            stream = translator.translate_stream(
+                decode_lines(sys.stdin.buffer, source="stdin"),
+                source="stdin",
+                with_scores=True,
+                progress=bool(progress),
+                **options,
+            )
             _write(stream, nbest, output)
     except AiaynError as err:
         raise AiaynError(_with_flag_names(str(err))) from None
@@ -120,7 +242,7 @@ def translate(
         os._exit(0)
 
 
-def _write(results: Iterable[list[tuple[str, float]]], nbest: int, output: Optional[Path]) -> None:
+def _write(results: Iterable[list[tuple[str, float]]], nbest: int, output: Path | None) -> None:
     """Write each result as it comes: one line per input, or `nbest` 'INDEX ||| TEXT ||| SCORE' lines."""
     if output is None:
         _write_to(sys.stdout.buffer, results, nbest, flush=True)

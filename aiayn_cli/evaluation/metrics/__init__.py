@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 METRICS_DIR = Path(__file__).resolve().parent
 
@@ -69,7 +69,7 @@ def moses_languages() -> list[str]:
     return sorted(set(NonbreakingPrefixes().available_langs.values()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _moses(lang: str):
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
@@ -114,4 +114,3 @@ def bleu_result(result, signature: str, width: int) -> dict:
         "verbose": result._verbose,
         "formatted": result.format(width=width, signature=signature),
     }
-

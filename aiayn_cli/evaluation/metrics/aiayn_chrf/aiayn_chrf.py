@@ -49,10 +49,12 @@ class AiaynChrf(evaluate.Metric):
             reference_urls=["https://aclanthology.org/W15-3049"],
         )
 
-    def _compute(self, predictions, references, char_order=6, word_order=0, beta=2, lowercase=False,
-                 whitespace=False, width=2):
-        chrf = sacrebleu.CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
-                              whitespace=whitespace)
+    def _compute(
+        self, predictions, references, char_order=6, word_order=0, beta=2, lowercase=False, whitespace=False, width=2
+    ):
+        chrf = sacrebleu.CHRF(
+            char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase, whitespace=whitespace
+        )
         result = chrf.corpus_score(predictions, reference_streams(references))
         signature = str(chrf.get_signature())
         return {

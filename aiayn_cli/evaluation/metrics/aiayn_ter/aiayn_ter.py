@@ -50,10 +50,19 @@ class AiaynTer(evaluate.Metric):
             reference_urls=["https://aclanthology.org/2006.amta-papers.25"],
         )
 
-    def _compute(self, predictions, references, normalized=False, no_punct=False, asian_support=False,
-                 case_sensitive=False, width=2):
-        ter = sacrebleu.TER(normalized=normalized, no_punct=no_punct, asian_support=asian_support,
-                            case_sensitive=case_sensitive)
+    def _compute(
+        self,
+        predictions,
+        references,
+        normalized=False,
+        no_punct=False,
+        asian_support=False,
+        case_sensitive=False,
+        width=2,
+    ):
+        ter = sacrebleu.TER(
+            normalized=normalized, no_punct=no_punct, asian_support=asian_support, case_sensitive=case_sensitive
+        )
         result = ter.corpus_score(predictions, reference_streams(references))
         signature = str(ter.get_signature())
         return {
