@@ -19,9 +19,23 @@ registers it with `AutoConfig` and `AutoModelForSeq2SeqLM`.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
+    """A module `__getattr__` (PEP 562) that imports `exports[name]` (a module, relative to
+    `package` where it starts with a dot) the first time `name` is read from the package."""
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            return getattr(importlib.import_module(exports[name], package), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -42,10 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import AiaynConfig, AiaynForConditionalGeneration, AiaynModel, AiaynPreTrainedModel
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'aiayn_cli' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [*_EXPORTS, "__version__"]

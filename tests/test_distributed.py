@@ -46,6 +46,7 @@ def _free_port() -> int:
 LAUNCHER = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(LAUNCHER is None, reason="the accelerate launcher is not installed")
 def test_two_processes_equal_one_with_update_freq_2(tmp_path):
     from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split

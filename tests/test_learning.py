@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
@@ -37,6 +38,7 @@ def exact_match(model, src, mask, tgt) -> float:
     return hits / len(tgt)
 
 
+@pytest.mark.slow
 def test_tiny_model_learns_to_reverse_in_a_minute():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

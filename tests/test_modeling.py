@@ -384,8 +384,10 @@ def test_translation_pipeline_in_process():
     translator = AiaynTranslationPipeline(model=model, tokenizer=tokenizer)
     out = translator(["w1 w2 w3", "w4 w5"], max_new_tokens=5, num_beams=2)
     expected = model.generate(**tokenizer(["w1 w2 w3"], return_tensors="pt"), max_new_tokens=5, num_beams=2)
-    assert len(out) == 2 and all(isinstance(o["translation_text"], str) for o in out)
+    second = model.generate(**tokenizer(["w4 w5"], return_tensors="pt"), max_new_tokens=5, num_beams=2)
+    assert len(out) == 2
     assert out[0]["translation_text"] == tokenizer.decode(expected[0], skip_special_tokens=True)
+    assert out[1]["translation_text"] == tokenizer.decode(second[0], skip_special_tokens=True)
 
 
 def test_translation_pipeline_from_a_saved_folder(tmp_path):
@@ -396,4 +398,6 @@ def test_translation_pipeline_from_a_saved_folder(tmp_path):
     word_level_tokenizer().save_pretrained(tmp_path)
     translator = pipeline("translation", model=str(tmp_path), trust_remote_code=True)
     out = translator("w7 w8 w9", max_new_tokens=4)
-    assert isinstance(out[0]["translation_text"], str)
+    tokenizer = word_level_tokenizer()
+    expected = model.eval().generate(**tokenizer(["w7 w8 w9"], return_tensors="pt"), max_new_tokens=4)
+    assert out[0]["translation_text"] == tokenizer.decode(expected[0], skip_special_tokens=True)

@@ -1,5 +1,5 @@
 """Point 1: `recipes/multi30k_en_de.yaml` trains on a 2-core CPU to >= 35 sacreBLEU on test2016 en->de
-within 60 minutes of training. About 65 minutes: `python -m pytest -m slow tests/test_multi30k_recipe.py -s`."""
+within 60 minutes of training. About 65 minutes: `python -m pytest -m long tests/test_multi30k_recipe.py -s`."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def score_test2016(model_dir, multi30k_dir, beam_size: int = 4) -> float:
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.multi30k
 def test_multi30k_recipe_reaches_35_bleu_in_an_hour(multi30k_dir, tmp_path):
     env = cli_env(HF_DATASETS_CACHE=str(tmp_path / "cache"))

@@ -1,5 +1,7 @@
 """Recipes: every key checked (unknown, missing, mistyped), flags on top, a lossless round trip."""
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -61,26 +63,86 @@ def test_missing_required_key(tmp_path):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("max_tokens: lots", r"recipe.yaml:11: 'max_tokens' must be an integer, got 'lots'"),
-        ("max_tokens: 4096.5", r"'max_tokens' must be an integer"),
-        ("compile: 1", r"'compile' must be true/false"),
-        ("lr_schedule: cosine", r"'lr_schedule' must be one of 'noam', 'inverse_sqrt'"),
-        ("adam_betas: 0.9", r"'adam_betas' must be a list of a number"),
-        ("label_smoothing: 1.5", r"'label_smoothing' must be in \[0, 1\)"),
+        ("max_tokens: lots", r"recipe.yaml:11: 'max_tokens' must be a valid integer, got 'lots'"),
+        ("max_tokens: 4096.5", r"'max_tokens' must be a valid integer"),
+        ("compile: 1", r"'compile' must be a valid boolean"),
+        ("lr_schedule: cosine", r"'lr_schedule' must be 'noam' or 'inverse_sqrt'"),
+        ("adam_betas: 0.9", r"'adam_betas' must be a valid list"),
+        ("adam_betas: [0.9, 0.98, 0.5]", r"'adam_betas': list should have at most 2 items"),
+        ("adam_betas: [0.9, 1.5]", r"recipe.yaml:11: 'adam_betas' must be less than 1, got 1.5"),
+        ("label_smoothing: 1.5", r"'label_smoothing' must be less than 1, got 1.5"),
         ("max_time: soon", r"'max_time' must be minutes or a duration"),
-        ("update_freq: 0", r"'update_freq' must be positive"),
-        ("model: small", r"'model' must be a mapping"),
-        ("data: {data_dir: x}", r"data: --source-lang .* required"),
-        ("data: {data_dir: x, dataset: wmt14, source_lang: en, target_lang: de}", r"data: give one data source"),
-        (
-            "data: {data_dir: 3, source_lang: en, target_lang: de}",
-            r"'data.data_dir' must be a string or a path or null",
-        ),
+        ("update_freq: 0", r"'update_freq' must be greater than 0, got 0"),
+        ("lr: -1", r"recipe.yaml:11: 'lr' must be greater than 0, got -1"),
+        ("lr: .nan", r"recipe.yaml:11: 'lr' must be a finite number, got nan"),
+        ("lr_scale: .inf", r"'lr_scale' must be a finite number, got inf"),
+        ("clip_norm: .nan", r"recipe.yaml:11: 'clip_norm' must be a finite number"),
+        ("adam_eps: -1.0e-9", r"'adam_eps' must be greater than 0"),
+        ("weight_decay: -0.1", r"'weight_decay' must be greater than or equal to 0"),
+        ("max_epochs: true", r"'max_epochs' must be a valid integer"),
+        ("tokenizer: 3", r"recipe.yaml:8: 'tokenizer' must be a valid string, got 3"),
     ],
 )
 def test_wrong_types_and_values(tmp_path, line, message):
+    key = line.split(":")[0]
+    given = f"{key}:" in MINIMAL
+    text = re.sub(rf"(?m)^{key}: .*$", line, MINIMAL) if given else MINIMAL + line + "\n"
     with pytest.raises(AiaynError, match=message):
-        load_recipe(_write(tmp_path, MINIMAL + line + "\n"))
+        load_recipe(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ("model: small", r"recipe.yaml:1: 'model' must be a dictionary"),
+        ("model: {preset: tiny, d_model: wide}", r"recipe.yaml:1: 'model.d_model' must be a valid integer"),
+        ("model: {preset: huge}", r"'model.preset' must be 'base', 'big', 'small' or 'tiny'"),
+        ("model: {preset: tiny, pre_norm: 1}", r"'model.pre_norm' must be a valid boolean"),
+        ("model: {preset: tiny, width: 3}", r"unknown key 'model.width' \(known: preset, vocab_size, d_model"),
+        ("data: {data_dir: x}", r"data: --source-lang .* required"),
+        ("data: {data_dir: x, dataset: wmt14, source_lang: en, target_lang: de}", r"data: give one data source"),
+        ("data: {data_dir: 3, source_lang: en, target_lang: de}", r"'data.data_dir' must be a valid string"),
+    ],
+)
+def test_wrong_sections(tmp_path, section, message):
+    key = section.split(":")[0]
+    kept = [part for part in re.split(r"(?m)^(?=\w)", MINIMAL) if part and not part.startswith(key + ":")]
+    with pytest.raises(AiaynError, match=message):
+        load_recipe(_write(tmp_path, section + "\n" + "".join(kept)))
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    with pytest.raises(AiaynError, match=r"recipe.yaml:11: key 'max_steps' given twice \(lines 10 and 11\)"):
+        load_recipe(_write(tmp_path, MINIMAL + "max_steps: 20\n"))
+    nested = MINIMAL.replace("  dropout: 0.2\n", "  dropout: 0.2\n  dropout: 0.3\n")
+    with pytest.raises(AiaynError, match=r"recipe.yaml:4: key 'model.dropout' given twice \(lines 3 and 4\)"):
+        load_recipe(_write(tmp_path, nested))
+
+
+def test_the_model_section_takes_the_fields_of_the_config():
+    from aiayn_cli.model import AiaynConfig
+    from aiayn_cli.training.recipe import MODEL_FIELDS, ModelRecipe
+
+    fields = {f.name for f in dataclasses.fields(ModelRecipe)}
+    assert fields == {"preset", *MODEL_FIELDS}
+    assert {"d_model", "d_ff", "num_heads", "pre_norm", "positional_encoding", "layer_norm_eps"} <= fields
+    assert set(MODEL_FIELDS) <= set(AiaynConfig.__annotations__)
+    assert "pad_token_id" not in fields  # from the tokenizer, not the recipe
+
+
+def test_shipped_recipes_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    from aiayn_cli.training.recipe import find_recipe, shipped_recipes
+
+    monkeypatch.chdir(tmp_path)
+    names = shipped_recipes()
+    assert {"multi30k_en_de", "quickstart", "tiny", "wmt14_en_de_base"} <= set(names)
+    assert all(purpose for purpose in names.values())
+    assert load_recipe(find_recipe("multi30k_en_de")).model.preset == "small"
+    assert find_recipe("recipes/tiny.yaml") == find_recipe("tiny")
+    (tmp_path / "mine.yaml").write_text(MINIMAL)
+    assert find_recipe("mine.yaml") == Path("mine.yaml")
+    with pytest.raises(AiaynError, match=r"nope: no such recipe file or shipped recipe \(shipped: .*multi30k_en_de"):
+        find_recipe("nope")
 
 
 def test_model_values_checked_by_the_config(tmp_path):
@@ -94,7 +156,7 @@ def test_overrides_win_and_are_checked(tmp_path):
     recipe = load_recipe(path, {"max_tokens": 100, "model.dropout": 0.3, "lr_scale": 2})
     assert recipe.max_tokens == 100 and recipe.model.dropout == 0.3
     assert recipe.lr_scale == 2.0 and isinstance(recipe.lr_scale, float)
-    with pytest.raises(AiaynError, match=r"--set max_tokens: 'max_tokens' must be an integer"):
+    with pytest.raises(AiaynError, match=r"--set max_tokens: 'max_tokens' must be a valid integer"):
         load_recipe(path, {"max_tokens": "x"})
     with pytest.raises(AiaynError, match=r"unknown key 'model.width'"):
         load_recipe(path, {"model.width": 3})

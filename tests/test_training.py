@@ -173,6 +173,7 @@ def uninterrupted(task):
     return weights(out / "checkpoint-60")
 
 
+@pytest.mark.slow
 def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     out = tmp_path / "run"
     for _attempt in range(5):  # the kill must land after the first checkpoint and before the end
@@ -200,6 +201,7 @@ def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     assert steps == list(range(20, 61, 20))
 
 
+@pytest.mark.slow
 def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
     from transformers import AutoModelForSeq2SeqLM
 
@@ -227,6 +229,7 @@ def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
     assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_run_and_with_another_tokenizer(task, tmp_path, uninterrupted):
     from aiayn_cli.data.corpus import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer

@@ -15,7 +15,7 @@ import typer
 
 from .. import __version__
 from ..errors import AiaynError
-from .commands import average, evaluate, push, quickstart, train, train_tokenizer, translate
+from .commands import average, evaluate, push, quickstart, recipes, train, train_tokenizer, translate
 
 app = typer.Typer(
     name="aiayn",
@@ -45,6 +45,9 @@ def root(
     """aiayn: train, run, measure and share the paper's Transformer."""
     if debug:
         os.environ["AIAYN_DEBUG"] = "1"
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights" bars say nothing to a CLI user
 
 
 # Commands are registered below, one line each, in the order of the pipeline.
@@ -55,13 +58,11 @@ app.command("translate")(translate.translate)
 app.command("evaluate")(evaluate.evaluate)
 app.command("push")(push.push)
 app.command("quickstart")(quickstart.quickstart)
+app.command("recipes")(recipes.recipes)
 
 
 def main() -> None:
     """Entry point of the `aiayn` console script and of `python -m aiayn_cli`."""
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # "Loading weights" bars say nothing to a CLI user
     try:
         app()
     except AiaynError as err:

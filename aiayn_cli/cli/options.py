@@ -18,11 +18,12 @@ A command declares the data options it needs with these aliases and builds its `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..data.corpus import DataSpec
+if TYPE_CHECKING:  # pragma: no cover
+    from ..data.corpus import DataSpec
 
 PANEL = "Data"
 
@@ -156,6 +157,8 @@ def data_spec(
     dedup: bool = False,
 ) -> DataSpec:
     """The `DataSpec` for the data options of a command, checked (raises `AiaynError`)."""
+    from ..data.corpus import DataSpec
+
     spec = DataSpec(
         dataset=dataset,
         dataset_config=dataset_config,

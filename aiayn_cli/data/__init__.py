@@ -1,6 +1,14 @@
 """Parallel data: corpora from files or the Hub (`corpus`), the shared BPE vocabulary of §5.1
 (`tokenization`), and the token-count batches of §5.1 (`batching`)."""
 
-from .corpus import CleaningReport, DataSpec, load_split
+from typing import TYPE_CHECKING
+
+from .. import lazy_exports
+
+_EXPORTS = {"CleaningReport": ".corpus", "DataSpec": ".corpus", "load_split": ".corpus"}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .corpus import CleaningReport, DataSpec, load_split
 
 __all__ = ["CleaningReport", "DataSpec", "load_split"]

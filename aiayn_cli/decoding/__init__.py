@@ -1,8 +1,21 @@
 """Decoding (§6.1): the searches (`search`: beam search with GNMT's length penalty, sampling), the
 incremental decoder they drive (`incremental`), and `Translator`, which turns text into text
-(`translator`)."""
+(`translator`). `defaults` holds the limits the command line shows without importing torch."""
 
-from .search import DecodingOptions, Hypothesis, decode
-from .translator import Translator
+from typing import TYPE_CHECKING
+
+from .. import lazy_exports
+
+_EXPORTS = {
+    "DecodingOptions": ".search",
+    "Hypothesis": ".search",
+    "decode": ".search",
+    "Translator": ".translator",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .search import DecodingOptions, Hypothesis, decode
+    from .translator import Translator
 
 __all__ = ["DecodingOptions", "Hypothesis", "Translator", "decode"]

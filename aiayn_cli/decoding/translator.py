@@ -29,16 +29,14 @@ import torch
 
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
 from .incremental import PreparedWeights
 from .search import DecodingOptions, Hypothesis, decode
 
 logger = logging.getLogger(__name__)
 
-ON_LONG = ("truncate", "skip", "error")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda", "mps")
-MAX_TOKENS = 2048  # source tokens per batch, padding included
-BATCH_SIZE = 64  # sentences per batch
 DECODING_OPTIONS = {f.name for f in fields(DecodingOptions)}
 
 

@@ -13,30 +13,8 @@ from pathlib import Path
 
 from ..errors import AiaynError
 
-# A model a CPU trains in a few minutes; the paper's recipe otherwise (§5.3-5.4, §6.1).
-QUICKSTART_RECIPE = {
-    "model.d_model": 128,
-    "model.d_ff": 512,
-    "model.num_heads": 4,
-    "model.num_encoder_layers": 2,
-    "model.num_decoder_layers": 2,
-    "model.dropout": 0.1,
-    "max_tokens": 1536,
-    "lr_schedule": "noam",
-    "warmup_steps": 300,
-    "lr_scale": 0.5,
-    "label_smoothing": 0.1,
-    "max_steps": None,
-    "valid_every_steps": None,
-    "valid_every_minutes": 1.0,
-    "valid_bleu_samples": 100,
-    "checkpoint_every_minutes": 0.5,
-    "checkpoint_every_steps": None,
-    "keep_last": 5,
-    "average_last": 3,
-    "log_every_steps": 20,
-    "trackers": [],
-}
+# The recipe: `recipes/quickstart.yaml` (a model a CPU trains in a few minutes; the paper's recipe otherwise).
+RECIPE = "quickstart"
 
 
 @dataclass
@@ -64,7 +42,7 @@ def run_quickstart(
     from ..data.tokenization import train_tokenizer
     from ..decoding.translator import Translator
     from ..evaluation.scoring import score
-    from ..training.recipe import load_recipe
+    from ..training.recipe import find_recipe, load_recipe
     from ..training.trainer import train
     from .synthetic import write_corpus
 
@@ -100,9 +78,8 @@ def run_quickstart(
 
     # 3. Training under a time budget, then the average of the last checkpoints (§6.1).
     recipe = load_recipe(
-        None,
+        find_recipe(RECIPE),
         {
-            **QUICKSTART_RECIPE,
             "data.data_dir": str(data_dir),
             "data.source_lang": "en",
             "data.target_lang": "de",
@@ -133,4 +110,4 @@ def run_quickstart(
     )
 
 
-__all__ = ["QUICKSTART_RECIPE", "QuickstartResult", "run_quickstart"]
+__all__ = ["RECIPE", "QuickstartResult", "run_quickstart"]

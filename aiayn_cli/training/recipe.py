@@ -1,11 +1,15 @@
 """Training recipes: typed dataclasses loaded from YAML, every key checked, flags on top.
 
-A recipe is data: `recipes/*.yaml` open with the command that runs them; flags override single
-keys (`--max-steps 100`, or any key with `--set lr_scale=2`, `--set model.dropout=0.3`); the
-resolved recipe is saved as `recipe.yaml` beside the checkpoints, and loads back unchanged.
+A recipe is data: `recipes/*.yaml` open with the command that runs them, and ship with the package
+(`aiayn train multi30k_en_de` finds `recipes/multi30k_en_de.yaml` from any folder; `aiayn recipes`
+lists them); flags override single keys (`--max-steps 100`, or any key with `--set lr_scale=2`,
+`--set model.dropout=0.3`); the resolved recipe is saved as `recipe.yaml` beside the checkpoints,
+and loads back unchanged.
 
-Every user mistake is an `AiaynError` that names the file and line (or the flag) and the key:
-an unknown key, a missing required key, a value of the wrong type or outside its choices.
+Types and ranges are checked by pydantic against the dataclasses below (the `model` section takes
+the fields of `AiaynConfig` itself); every user mistake is an `AiaynError` that names the file and
+line (or the flag) and the key: an unknown or repeated key, a missing required key, a value of the
+wrong type, outside its range or not finite.
 
 The defaults are the paper's recipe (§5.3, §5.4): Adam(0.9, 0.98, 1e-9), equation (3) with
 4000 warmup steps, label smoothing 0.1, dropout from the model configuration.
@@ -14,174 +18,202 @@ The defaults are the paper's recipe (§5.3, §5.4): Adam(0.9, 0.98, 1e-9), equat
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import math
 import os
 import re
-import tempfile
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
+from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from ..data.corpus import DataSpec
 from ..errors import AiaynError
+from ..files import atomic_open
 from ..model.configuration_aiayn import PRESETS, AiaynConfig
 
+# Scalars are strict (`compile: 1` is not a boolean, `max_tokens: 4096.5` not an integer); an integer
+# is a number. Ranges are part of the types.
+_STRICT = {int: StrictInt, float: StrictFloat, bool: StrictBool, str: StrictStr}
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+PositiveFloat = Annotated[StrictFloat, Field(gt=0)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+NonNegativeFloat = Annotated[StrictFloat, Field(ge=0)]
+Probability = Annotated[StrictFloat, Field(ge=0, lt=1)]
+Duration = StrictStr | StrictFloat  # minutes, or '90m', '1.5h', '3600s' (checked by `parse_duration`)
 
-@dataclass
-class ModelRecipe:
-    """The model: a preset of `AiaynConfig` and/or explicit dimensions (these win over the preset)."""
 
-    preset: Literal["base", "big", "small", "tiny"] | None = None
-    """Table 3's `base` or `big`, or `small` / `tiny` for CPUs and tests; None: AiaynConfig's defaults (base)."""
-    vocab_size: int | None = None
-    """Checked against the tokenizer when given; None: the tokenizer's size."""
-    d_model: int | None = None
-    """Width of the embeddings and of every sub-layer output (§3.1)."""
-    d_ff: int | None = None
-    """Inner width of the feed-forward networks (§3.3)."""
-    num_heads: int | None = None
-    """Number of attention heads h (§3.2.2)."""
-    num_encoder_layers: int | None = None
-    """N, encoder (§3.1)."""
-    num_decoder_layers: int | None = None
-    """N, decoder (§3.1)."""
-    dropout: float | None = None
-    """P_drop (§5.4)."""
-    attention_dropout: float | None = None
-    """Dropout on the attention weights (not in the paper)."""
-    activation_dropout: float | None = None
-    """Dropout after the ReLU (not in the paper)."""
-    activation_function: Literal["relu", "gelu"] | None = None
-    """The feed-forward non-linearity (§3.3: relu)."""
-    max_position_embeddings: int | None = None
-    """The longest sequence the model accepts."""
-    pre_norm: bool | None = None
-    """LayerNorm before each sub-layer (the paper: False, post-LN)."""
-    positional_encoding: Literal["sinusoidal", "learned"] | None = None
-    """§3.5 (sinusoidal) or Table 3 row (E) (learned)."""
-    scale_embedding: bool | None = None
-    """Multiply the embeddings by sqrt(d_model) (§3.4: True)."""
-    tie_word_embeddings: bool | None = None
-    """One matrix for both embeddings and the pre-softmax projection (§3.4: True)."""
+def _strict(hint: Any) -> Any:
+    """`hint` with every scalar made strict (unions member by member)."""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return Union[tuple(_strict(arg) for arg in typing.get_args(hint))]  # noqa: UP007
+    return _STRICT.get(hint, hint)
 
-    def to_config(self, vocab_size: int) -> AiaynConfig:
-        """The `AiaynConfig`: the preset, then the explicit values, with the tokenizer's vocabulary size."""
-        overrides = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and k != "preset"}
-        overrides["vocab_size"] = vocab_size
-        values = {**(PRESETS[self.preset] if self.preset else {}), **overrides}
-        try:
-            return AiaynConfig(**values)
-        except Exception as err:  # the strict dataclass wraps the ValueError of validate_values
-            message = str(err).strip().splitlines()[-1].strip()
-            raise AiaynError(f"model: {message}") from None
+
+# ---------------------------------------------------------------------------------------------
+# The model section: the fields of AiaynConfig itself, each optional (a preset fills the rest)
+# ---------------------------------------------------------------------------------------------
+
+# AiaynConfig fields that are not the recipe's to set: token ids come from the tokenizer, the rest
+# is Hugging Face plumbing.
+_NOT_IN_RECIPES = frozenset(
+    {
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "use_cache",
+        "is_encoder_decoder",
+        "custom_pipelines",
+    }
+)
+MODEL_FIELDS = tuple(name for name in AiaynConfig.__annotations__ if name not in _NOT_IN_RECIPES)
+
+
+def _model_to_config(self, vocab_size: int) -> AiaynConfig:
+    """The `AiaynConfig`: the preset, then the explicit values, with the tokenizer's vocabulary size."""
+    overrides = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and k != "preset"}
+    overrides["vocab_size"] = vocab_size
+    values = {**(PRESETS[self.preset] if self.preset else {}), **overrides}
+    try:
+        return AiaynConfig(**values)
+    except Exception as err:  # the strict dataclass wraps the ValueError of check_values
+        message = str(err).strip().splitlines()[-1].strip()
+        raise AiaynError(f"model: {message}") from None
+
+
+def _config_hint(name: str) -> Any:
+    """The annotation of one of AiaynConfig's own fields (its file has `from __future__ import annotations`)."""
+    hint = AiaynConfig.__annotations__[name]
+    return eval(hint, vars(sys.modules[AiaynConfig.__module__])) if isinstance(hint, str) else hint
+
+
+ModelRecipe = dataclasses.make_dataclass(
+    "ModelRecipe",
+    [("preset", Literal["base", "big", "small", "tiny"] | None, field(default=None))]
+    + [(name, _strict(_config_hint(name)) | None, field(default=None)) for name in MODEL_FIELDS],
+    namespace={"to_config": _model_to_config, "__module__": __name__},
+)
+ModelRecipe.__doc__ = (
+    "The model: a preset of `AiaynConfig` and/or any of its fields (these win over the preset); "
+    "`vocab_size` is checked against the tokenizer when given, else taken from it."
+)
 
 
 @dataclass
 class TrainRecipe:
     """Everything `aiayn train` needs; the defaults are the paper's (§5.3, §5.4)."""
 
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
+
     # --- what to train, on what -------------------------------------------------------------
     model: ModelRecipe
-    """The model (a mapping): `preset` and/or dimensions."""
+    """The model (a mapping): `preset` and/or any field of `AiaynConfig`."""
     data: DataSpec
     """The data (a mapping of `DataSpec` fields): a Hub dataset or a folder or files; languages; cleaning.
     Relative paths are relative to the working directory."""
-    tokenizer: str
+    tokenizer: StrictStr
     """The tokenizer folder written by `aiayn train-tokenizer` (or a Hub id)."""
-    output_dir: str
+    output_dir: StrictStr
     """Where checkpoints, metrics, the resolved recipe and the learning curve go."""
-    train_split: str = "train"
+    train_split: StrictStr = "train"
     """The split to train on."""
-    valid_split: str | None = "validation"
+    valid_split: StrictStr | None = "validation"
     """The split to validate on (Multi30k's `val` files are found under this name too); null: none."""
-    max_length: int = 256
+    max_length: PositiveInt = 256
     """Training pairs with a side longer than this many tokens are dropped."""
-    seed: int = 1
+    seed: StrictInt = 1
     """Seeds the model initialization, dropout and the batch order."""
 
     # --- batches (§5.1: ~25,000 source + ~25,000 target tokens per step) ----------------------
-    max_tokens: int = 4096
+    max_tokens: PositiveInt = 4096
     """Tokens per batch and process (padding included), the larger of the source and target sides."""
-    update_freq: int = 1
+    update_freq: PositiveInt = 1
     """Batches accumulated per optimizer step: tokens per step = max_tokens * update_freq * processes."""
-    num_proc: int = 1
+    num_proc: PositiveInt = 1
     """Processes for tokenizing the data."""
 
     # --- 5.3 Optimizer ------------------------------------------------------------------------
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    adam_betas: Annotated[list[Probability], Field(min_length=2, max_length=2)] = field(
+        default_factory=lambda: [0.9, 0.98]
+    )
     """beta1, beta2 of Adam (§5.3: 0.9, 0.98)."""
-    adam_eps: float = 1e-9
+    adam_eps: PositiveFloat = 1e-9
     """epsilon of Adam (§5.3: 1e-9)."""
-    weight_decay: float = 0.0
+    weight_decay: NonNegativeFloat = 0.0
     """Decoupled weight decay (AdamW); 0 is the paper's Adam."""
     lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"
     """`noam`: equation (3) times lr_scale; `inverse_sqrt`: fairseq's, peaking at `lr`."""
-    warmup_steps: int = 4000
+    warmup_steps: PositiveInt = 4000
     """warmup_steps of equation (3) (§5.3: 4000)."""
-    lr_scale: float = 1.0
+    lr_scale: PositiveFloat = 1.0
     """Factor on equation (3) (noam)."""
-    lr: float = 5e-4
+    lr: PositiveFloat = 5e-4
     """Peak learning rate (inverse_sqrt)."""
-    warmup_init_lr: float = 0.0
+    warmup_init_lr: NonNegativeFloat = 0.0
     """Learning rate at step 0 (inverse_sqrt)."""
-    clip_norm: float | None = None
+    clip_norm: PositiveFloat | None = None
     """Clip the gradient norm to this value; None: no clipping (the paper)."""
 
     # --- 5.4 Regularization -------------------------------------------------------------------
-    label_smoothing: float = 0.1
+    label_smoothing: Probability = 0.1
     """eps_ls (§5.4: 0.1). Dropout is the model's `dropout`."""
 
     # --- precision and speed ------------------------------------------------------------------
     mixed_precision: Literal["no", "fp16", "bf16"] | None = None
     """None: what `accelerate config` / `accelerate launch` say; otherwise this."""
-    compile: bool = False
+    compile: StrictBool = False
     """Run the model through `torch.compile`."""
 
     # --- how long -----------------------------------------------------------------------------
-    max_steps: int | None = 100000
+    max_steps: PositiveInt | None = 100000
     """Stop after this many optimizer steps (base: 100,000; big: 300,000)."""
-    max_epochs: int | None = None
+    max_epochs: PositiveInt | None = None
     """Stop after this many passes over the training data."""
-    max_time: str | float | None = None
+    max_time: Duration | None = None
     """Stop after this much training time, over all resumes: minutes, or '90m', '1.5h', '3600s'."""
 
     # --- validation ---------------------------------------------------------------------------
-    valid_every_steps: int | None = 1000
+    valid_every_steps: PositiveInt | None = 1000
     """Validate every N steps (None: only by time and at the end)."""
-    valid_every_minutes: float | None = None
+    valid_every_minutes: PositiveFloat | None = None
     """Validate every M minutes of training."""
-    valid_bleu_samples: int | None = 200
+    valid_bleu_samples: NonNegativeInt | None = 200
     """Sentences of the validation split decoded for BLEU (a fixed sample); 0: no BLEU; None: all."""
-    valid_beam_size: int = 1
+    valid_beam_size: PositiveInt = 1
     """Beam size of the validation decoding (1: greedy)."""
-    valid_max_tokens: int | None = None
+    valid_max_tokens: PositiveInt | None = None
     """Tokens per validation batch; None: max_tokens."""
     best_metric: Literal["bleu", "loss"] = "bleu"
     """What makes the best checkpoint: higher validation BLEU or lower validation loss."""
-    early_stopping_patience: int | None = None
+    early_stopping_patience: PositiveInt | None = None
     """Stop after this many validations without a better best_metric; None: never."""
 
     # --- checkpoints and logs -----------------------------------------------------------------
-    checkpoint_every_steps: int | None = None
+    checkpoint_every_steps: PositiveInt | None = None
     """Save a checkpoint every N steps."""
-    checkpoint_every_minutes: float | None = 10.0
+    checkpoint_every_minutes: PositiveFloat | None = 10.0
     """Save a checkpoint every M minutes of training (§6.1: every 10 minutes)."""
-    keep_last: int = 5
+    keep_last: PositiveInt = 5
     """Checkpoints kept (the best one is kept besides)."""
-    average_last: int | None = None
+    average_last: PositiveInt | None = None
     """At the end, average the last N checkpoints into `averaged/` (§6.1: base 5, big 20)."""
-    log_every_steps: int = 20
+    log_every_steps: PositiveInt = 20
     """Write train metrics every N steps."""
-    trackers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    trackers: list[StrictStr] = field(default_factory=lambda: ["tensorboard"])
     """accelerate trackers: tensorboard, wandb (when installed), ...; [] for none."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (paths as strings), as saved in `recipe.yaml`."""
         return _plain(dataclasses.asdict(self))
+
+
+_VALIDATOR = TypeAdapter(TrainRecipe)
 
 
 def _plain(value: Any) -> Any:
@@ -217,16 +249,34 @@ RESUMABLE_CHANGES = frozenset(
     }
 )
 
-_POSITIVE = (
-    "max_length",
-    "max_tokens",
-    "update_freq",
-    "num_proc",
-    "warmup_steps",
-    "keep_last",
-    "log_every_steps",
-    "valid_beam_size",
-)
+# ---------------------------------------------------------------------------------------------
+# Finding recipes: a path, or the name of a recipe that ships with the package
+# ---------------------------------------------------------------------------------------------
+
+
+def shipped_recipes() -> dict[str, str]:
+    """Name -> one-line purpose (the recipe's first comment line) of every recipe in the package."""
+    folder = importlib.resources.files("aiayn_cli.recipes")
+    recipes = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            first = entry.read_text(encoding="utf-8").splitlines()[:1]
+            purpose = first[0].lstrip("#").strip() if first and first[0].startswith("#") else ""
+            recipes[entry.name.removesuffix(".yaml")] = purpose.rstrip(":,")
+    return recipes
+
+
+def find_recipe(name_or_path: str | os.PathLike) -> Path:
+    """The recipe file: `name_or_path` itself if it exists, else the shipped recipe of that name."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    name = path.name.removesuffix(".yaml")
+    if path.parent == Path("recipes") or str(path) == name or str(path) == f"{name}.yaml":
+        shipped = importlib.resources.files("aiayn_cli.recipes") / f"{name}.yaml"
+        if shipped.is_file():
+            return Path(str(shipped))
+    raise AiaynError(f"{name_or_path}: no such recipe file or shipped recipe (shipped: {', '.join(shipped_recipes())})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +288,8 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     """Read a recipe file (or none), apply `overrides` (dotted keys -> values), check every key.
 
     Raises:
-        AiaynError: naming the file and line, or the flag, of any unknown, missing or mistyped key.
+        AiaynError: naming the file and line, or the flag, of any unknown, repeated, missing or
+            mistyped key, and of any value out of its range.
     """
     raw: dict[str, Any] = {}
     lines: dict[str, int] = {}
@@ -249,7 +300,10 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value, source)
         where[key] = f"--set {key}" if not key.startswith("--") else key
-    recipe = _build(TrainRecipe, raw, "", where, source)
+    try:
+        recipe = _VALIDATOR.validate_python(raw)
+    except ValidationError as err:
+        raise _first_error(err, raw, where, source) from None
     _check_values(recipe, where, source)
     return recipe
 
@@ -259,9 +313,11 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise AiaynError(f"cannot read recipe {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise AiaynError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        data = yaml.safe_load(text) or {}
         node = yaml.compose(text)
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -269,16 +325,20 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     if not isinstance(data, dict):
         raise AiaynError(f"{path}: a recipe must be a mapping of keys to values")
     lines: dict[str, int] = {}
-    _key_lines(node, "", lines)
+    _key_lines(node, "", lines, path)
     return data, lines
 
 
-def _key_lines(node: Any, prefix: str, lines: dict[str, int]) -> None:
+def _key_lines(node: Any, prefix: str, lines: dict[str, int], path: Path) -> None:
+    """The line of every (dotted) key; a key given twice in one mapping is an error (YAML keeps the last)."""
     if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            key = f"{prefix}{key_node.value}"
-            lines[key] = key_node.start_mark.line + 1
-            _key_lines(value_node, key + ".", lines)
+            key, line = f"{prefix}{key_node.value}", key_node.start_mark.line + 1
+            if key in seen:
+                raise AiaynError(f"{path}:{line}: key '{key}' given twice (lines {seen[key]} and {line})")
+            seen[key] = lines[key] = line
+            _key_lines(value_node, key + ".", lines, path)
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
@@ -291,124 +351,47 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
     target[parts[-1]] = value
 
 
-def _build(cls: type, raw: Any, prefix: str, where: dict[str, str], source: str) -> Any:
-    """`cls(**raw)` after checking that every key exists and every value has the field's type."""
-    name = prefix.rstrip(".") or "recipe"
-    if not isinstance(raw, dict):
-        raise AiaynError(f"{where.get(name, source)}: '{name}' must be a mapping, got {type(raw).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in fields:
-            known = ", ".join(fields)
-            raise AiaynError(f"{where.get(prefix + str(key), source)}: unknown key '{prefix}{key}' (known: {known})")
-    values = {}
-    for key, f in fields.items():
-        full = prefix + key
-        if key not in raw:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise AiaynError(f"{source}: missing required key '{full}'")
-            continue
-        value, hint = raw[key], hints[key]
-        if dataclasses.is_dataclass(hint):
-            values[key] = _build(hint, value, full + ".", where, source)
-        elif not _has_type(value, hint):
-            raise AiaynError(
-                f"{where.get(full, source)}: '{full}' must be {_type_name(hint)}, got {value!r} ({type(value).__name__})"
-            )
-        else:
-            values[key] = _coerce(value, hint)
-    return cls(**values)
+_TYPE_TAGS = frozenset({"str", "float", "int", "bool", "none"})
 
 
-def _coerce(value: Any, hint: Any) -> Any:
-    """An integer given for a float-typed field becomes a float (YAML writes `1` for 1.0)."""
-    allowed = typing.get_args(hint) if _is_union(hint) else (hint,)
-    if isinstance(value, int) and not isinstance(value, bool) and float in allowed and int not in allowed:
-        return float(value)
-    return value
+def _first_error(err: ValidationError, raw: dict[str, Any], where: dict[str, str], source: str) -> AiaynError:
+    """One line for the first key pydantic found wrong: where it is, what it must be, what it was."""
+    errors = err.errors()
+    key = _dotted(errors[0]["loc"])
+    same_key = [e for e in errors if _dotted(e["loc"]) == key]
+    kind, value = same_key[0]["type"], same_key[0].get("input")
+    at = where.get(key, source)
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        parent = key.rpartition(".")[0]
+        known = _known_keys(parent)
+        return AiaynError(f"{at}: unknown key '{key}' (known: {', '.join(known)})")
+    if kind in ("missing", "missing_argument"):
+        return AiaynError(f"{source}: missing required key '{key}'")
+    messages = [e["msg"] for e in same_key]
+    if any(m.startswith("Input should be ") for m in messages):
+        messages = [m for m in messages if m.startswith("Input should be ")]
+        wanted = " or ".join(dict.fromkeys(m.removeprefix("Input should be ") for m in messages))
+        return AiaynError(f"{at}: '{key}' must be {wanted}, got {value!r}")
+    return AiaynError(f"{at}: '{key}': {messages[0][0].lower()}{messages[0][1:]}, got {value!r}")
 
 
-def _is_union(hint: Any) -> bool:
-    return typing.get_origin(hint) in (Union, types.UnionType)
+def _dotted(loc: tuple) -> str:
+    """The recipe key of a pydantic error location (without union tags and list indices)."""
+    parts = [p for p in loc if isinstance(p, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", p) and p not in _TYPE_TAGS]
+    return ".".join(parts) or "recipe"
 
 
-def _has_type(value: Any, hint: Any) -> bool:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if _is_union(hint):
-        return any(_has_type(value, arg) for arg in args)
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if hint is Path:
-        return isinstance(value, (str, Path))
-    if origin is Literal:
-        return value in args
-    if origin is list:
-        return isinstance(value, list) and all(_has_type(item, args[0]) for item in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-    raise TypeError(f"recipe: unsupported field type {hint!r}")
-
-
-def _type_name(hint: Any) -> str:
-    if _is_union(hint):
-        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
-    if typing.get_origin(hint) is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
-    if typing.get_origin(hint) is list:
-        return f"a list of {_type_name(typing.get_args(hint)[0])}"
-    if typing.get_origin(hint) is dict:
-        return "a mapping"
-    return {
-        type(None): "null",
-        bool: "true/false",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        Path: "a path",
-    }.get(hint, str(hint))
+def _known_keys(section: str) -> list[str]:
+    cls = {"": TrainRecipe, "model": ModelRecipe, "data": DataSpec}.get(section, TrainRecipe)
+    return [f.name for f in dataclasses.fields(cls)]
 
 
 def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> None:
-    """Range checks that types cannot express."""
+    """What the types cannot say: durations, and keys that must agree with each other."""
 
     def fail(key: str, what: str) -> None:
         raise AiaynError(f"{where.get(key, source)}: '{key}' {what}")
 
-    for key in _POSITIVE:
-        if getattr(recipe, key) <= 0:
-            fail(key, f"must be positive, got {getattr(recipe, key)}")
-    for key in (
-        "max_steps",
-        "max_epochs",
-        "valid_every_steps",
-        "checkpoint_every_steps",
-        "average_last",
-        "early_stopping_patience",
-        "valid_max_tokens",
-        "valid_every_minutes",
-        "checkpoint_every_minutes",
-        "clip_norm",
-    ):
-        value = getattr(recipe, key)
-        if value is not None and value <= 0:
-            fail(key, f"must be positive or null, got {value}")
-    if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < 0:
-        fail("valid_bleu_samples", "must be >= 0 or null")
-    if not 0.0 <= recipe.label_smoothing < 1.0:
-        fail("label_smoothing", f"must be in [0, 1), got {recipe.label_smoothing}")
-    if len(recipe.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in recipe.adam_betas):
-        fail("adam_betas", f"must be two numbers in [0, 1), got {recipe.adam_betas}")
     if recipe.average_last is not None and recipe.average_last > recipe.keep_last:
         fail("average_last", f"({recipe.average_last}) must not exceed keep_last ({recipe.keep_last})")
     if recipe.max_time is not None:
@@ -457,15 +440,13 @@ def parse_duration(value: str | float | int) -> float:
 
 
 def save_recipe(recipe: TrainRecipe, path: str | os.PathLike) -> None:
-    """Write the resolved recipe as YAML, atomically (a temporary file, then a rename)."""
+    """Write the resolved recipe as YAML, atomically (complete or absent)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "# The resolved recipe of this run: `aiayn train` loads it back unchanged.\n"
     text += yaml.safe_dump(recipe.to_dict(), sort_keys=False, default_flow_style=None)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with atomic_open(path) as out:
+        out.write(text)
 
 
 def recipe_differences(old: TrainRecipe, new: TrainRecipe) -> list[str]:
@@ -487,10 +468,16 @@ def recipe_differences(old: TrainRecipe, new: TrainRecipe) -> list[str]:
 
 
 def recipe_field_docs(cls: type = TrainRecipe) -> dict[str, str]:
-    """The docstring under each field of a recipe dataclass (for help texts and documentation)."""
+    """The documentation of each field of a recipe dataclass (for help texts and documentation):
+    the docstring under the field, or for the model section the `Args:` of `AiaynConfig`."""
     import ast
     import inspect
 
+    if cls is ModelRecipe:
+        args = re.findall(r"^\s{8}(\w+) \(`[^`]*`(?:, \*optional\*)?\): (.+)$", AiaynConfig.__doc__ or "", re.M)
+        docs = {name: text for name, text in args}
+        docs["preset"] = "Table 3's `base` or `big`, or `small` / `tiny` for CPUs and tests; None: AiaynConfig's."
+        return docs
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body
     docs = {}
@@ -506,12 +493,15 @@ def recipe_field_docs(cls: type = TrainRecipe) -> dict[str, str]:
 
 
 __all__ = [
+    "MODEL_FIELDS",
     "ModelRecipe",
     "RESUMABLE_CHANGES",
     "TrainRecipe",
+    "find_recipe",
     "load_recipe",
     "parse_duration",
     "recipe_differences",
     "recipe_field_docs",
     "save_recipe",
+    "shipped_recipes",
 ]

@@ -10,12 +10,13 @@ import typer
 from ...quickstart.pipeline import run_quickstart
 
 NEXT_STEPS = """\
-The same steps on real data (Multi30k from a local folder; WMT14 from the Hub):
-  aiayn train-tokenizer --data-dir ../shared/data/multi30k -s en -t de --vocab-size 8000 -o runs/multi30k-bpe8k
-  aiayn train recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k
-  aiayn translate --model runs/multi30k_en_de/averaged --input test2016.en --output test2016.hyp.de
-  aiayn evaluate -i test2016.hyp.de -r ../shared/data/multi30k/test2016.de
-  accelerate launch -m aiayn_cli train recipes/wmt14_en_de_base.yaml      # the paper's base model"""
+The same steps on real data, from any folder (Multi30k in a local folder DATA; WMT14 from the Hub):
+  aiayn train-tokenizer --data-dir DATA -s en -t de --vocab-size 8000 -o runs/multi30k-bpe8k
+  aiayn train multi30k_en_de --data-dir DATA
+  aiayn translate --model runs/multi30k_en_de/averaged --input DATA/test2016.en --output test2016.hyp.de
+  aiayn evaluate -i test2016.hyp.de -r DATA/test2016.de
+  accelerate launch -m aiayn_cli train wmt14_en_de_base      # the paper's base model
+  aiayn recipes                                              # every shipped recipe"""
 
 
 def quickstart(

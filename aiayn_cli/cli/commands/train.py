@@ -1,8 +1,9 @@
-"""`aiayn train RECIPE.yaml [flags]`: the paper's training recipe (§5), on one CPU or under `accelerate launch`.
+"""`aiayn train RECIPE [flags]`: the paper's training recipe (§5), on one CPU or under `accelerate launch`.
 
-aiayn train recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k
-accelerate launch -m aiayn_cli train recipes/multi30k_en_de.yaml          # several GPUs / machines
-aiayn train recipes/multi30k_en_de.yaml                                   # again, after a kill: resumes
+aiayn train multi30k_en_de --data-dir ../shared/data/multi30k     # a shipped recipe, by name
+aiayn train my_recipe.yaml                                        # or a file
+accelerate launch -m aiayn_cli train multi30k_en_de               # several GPUs / machines
+aiayn train multi30k_en_de                                        # again, after a kill: resumes
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ PANEL_RUN = "Run"
 
 def train(
     recipe: Annotated[
-        Path | None, typer.Argument(help="A recipe (YAML): recipes/*.yaml. Flags override its keys.")
+        str | None,
+        typer.Argument(
+            help="A recipe: a YAML file, or the name of a shipped one (`aiayn recipes` lists them). "
+            "Flags override its keys."
+        ),
     ] = None,
     output_dir: Annotated[
         Path | None,
@@ -104,7 +109,7 @@ def train(
     target_lang: options.TargetLangOpt = None,
 ) -> None:
     """Train a Transformer with the paper's recipe (§5): Adam, warmup + inverse square root, label smoothing."""
-    from ...training.recipe import load_recipe
+    from ...training.recipe import find_recipe, load_recipe
     from ...training.trainer import quiet_libraries
     from ...training.trainer import train as run_training
 
@@ -137,8 +142,8 @@ def train(
     }
     overrides.update({k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None})
     if recipe is None and not overrides:
-        raise AiaynError("give a recipe (recipes/*.yaml) or the keys as flags")
-    resolved = load_recipe(recipe, overrides)
+        raise AiaynError("give a recipe (a YAML file, or a name that `aiayn recipes` lists) or the keys as flags")
+    resolved = load_recipe(find_recipe(recipe) if recipe is not None else None, overrides)
     quiet_libraries()
     result = run_training(resolved, resume=resume, show_progress=progress)
     _report(result)

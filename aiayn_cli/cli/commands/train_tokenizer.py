@@ -7,9 +7,6 @@ from typing import Annotated
 
 import typer
 
-from ...data.corpus import load_split
-from ...data.tokenization import MODELS, check_output_dir
-from ...data.tokenization import train_tokenizer as train_joint_tokenizer
 from .. import options
 
 
@@ -36,7 +33,7 @@ def train_tokenizer(
     vocab_size: Annotated[
         int, typer.Option("--vocab-size", help="Size of the joint vocabulary (paper: ~37,000).")
     ] = 37000,
-    model: Annotated[str, typer.Option("--model", help=f"Subword model: {' or '.join(MODELS)}.")] = "bpe",
+    model: Annotated[str, typer.Option("--model", help="Subword model: bpe or unigram.")] = "bpe",
     min_frequency: Annotated[
         int, typer.Option("--min-frequency", help="BPE: fewest occurrences of a pair to merge it.")
     ] = 2,
@@ -51,6 +48,10 @@ def train_tokenizer(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
     """Train the shared BPE (or unigram) vocabulary of both languages; it loads with AutoTokenizer."""
+    from ...data.corpus import load_split
+    from ...data.tokenization import check_output_dir
+    from ...data.tokenization import train_tokenizer as train_joint_tokenizer
+
     spec = options.data_spec(
         dataset=dataset,
         dataset_config=dataset_config,

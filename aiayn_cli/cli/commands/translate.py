@@ -10,10 +10,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
-import torch
 import typer
 
-from ...decoding.translator import BATCH_SIZE, MAX_TOKENS, ON_LONG, Translator, decode_lines
+from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
 from ...errors import AiaynError
 from ...files import atomic_open
 
@@ -196,6 +195,10 @@ def translate(
         raise AiaynError(f"--on-long {on_long}: choose one of {', '.join(ON_LONG)}")
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
+    import torch
+
+    from ...decoding.translator import Translator, decode_lines
+
     if threads is not None:
         torch.set_num_threads(threads)
     translator = Translator.from_pretrained(model, device=device, dtype=dtype)

@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make quickstart` and `make test`. Both create .venv, install
+# torch first (TORCH: the CPU build this project is tested with; any torch >= 2.4 works), then aiayn.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: install quickstart test test-slow lint format clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+quickstart: install            ## generate a corpus, train, average, translate, evaluate (about 3 minutes)
+	$(BIN)/aiayn quickstart --overwrite
+
+test: install lint             ## lint, then the default test tier (about 3 minutes on 2 cores)
+	$(BIN)/python -m pytest
+
+test-slow: install             ## the slow tier: training in subprocesses, two processes, learning targets
+	$(BIN)/python -m pytest -m slow
+
+lint: install
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) aiayn-quickstart

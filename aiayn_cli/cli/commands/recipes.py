@@ -1,0 +1,25 @@
+"""`aiayn recipes`: the recipes that ship with aiayn, by name, with their purpose."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def recipes(
+    name: Annotated[
+        str | None, typer.Argument(help="Print this recipe (to copy and edit) instead of the list.", show_default=False)
+    ] = None,
+) -> None:
+    """List the shipped recipes (`aiayn train NAME` runs one from any folder), or print one."""
+    from ...training.recipe import find_recipe, shipped_recipes
+
+    if name is not None:
+        typer.echo(find_recipe(name).read_text(encoding="utf-8"), nl=False)
+        return
+    shipped = shipped_recipes()
+    width = max(map(len, shipped))
+    for recipe, purpose in shipped.items():
+        typer.echo(f"{recipe:<{width}}  {purpose}")
+    typer.echo("\nRun one with `aiayn train NAME`; `aiayn recipes NAME > mine.yaml` to start your own.")
