@@ -9,3 +9,10 @@ class AiaynError(Exception):
     """
 
     exit_code = 2
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type's name where it has none): what a library's
+    multi-line error contributes to one `AiaynError` line."""
+    lines = str(err).strip().splitlines()
+    return lines[0].strip() if lines else type(err).__name__

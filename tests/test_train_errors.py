@@ -60,7 +60,7 @@ def test_missing_key(monkeypatch, capsys, tmp_path):
 def test_wrong_type(monkeypatch, capsys, tmp_path):
     path = _recipe(tmp_path, TINY.read_text().replace("max_tokens: 512", "max_tokens: many"))
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", path)[::2])
-    assert "'max_tokens' must be an integer, got 'many'" in line
+    assert "'max_tokens' must be a valid integer, got 'many'" in line
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--set", "model.dropout=high")[::2])
     assert "--set model.dropout: 'model.dropout' must be a number or null" in line
 

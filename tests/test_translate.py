@@ -177,7 +177,7 @@ def test_a_tokenizer_that_does_not_match_the_model_is_an_error(model_dir, tmp_pa
     tokenizer = tiny_tokenizer()
     tiny_model(len(tokenizer) + 5).save_pretrained(other)
     tokenizer.save_pretrained(other)
-    with pytest.raises(AiaynError, match="tokens but the model's vocabulary has"):
+    with pytest.raises(AiaynError, match="tokens but the model's vocabulary is"):
         Translator.from_pretrained(str(other))
     with pytest.raises(AiaynError, match="cannot load a model"):
         Translator.from_pretrained(str(tmp_path / "missing"))

@@ -30,8 +30,8 @@ from transformers import PreTrainedTokenizerFast
 
 from ..errors import AiaynError
 from .corpus import DataSpec, load_split
+from .vocabulary import SPECIAL_TOKENS
 
-SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # ids 0, 1, 2, 3
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))  # ids 4 .. 259
 MODELS = ("bpe", "unigram")

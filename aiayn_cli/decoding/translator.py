@@ -27,7 +27,8 @@ from dataclasses import fields
 
 import torch
 
-from ..errors import AiaynError
+from ..data.vocabulary import check_tokenizer as check_token_ids
+from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
 from .incremental import PreparedWeights
@@ -72,20 +73,8 @@ def pick_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
 def check_tokenizer(model, tokenizer, where: str = "the tokenizer") -> None:
     """Raise `AiaynError` where the tokenizer's vocabulary or special ids are not the model's."""
     config = model.config
-    if len(tokenizer) != config.vocab_size:
-        raise AiaynError(
-            f"{where} has {len(tokenizer)} tokens but the model's vocabulary has {config.vocab_size}: "
-            "use the tokenizer the model was trained with"
-        )
-    for name in ("pad", "eos", "bos"):
-        expected, got = getattr(config, f"{name}_token_id"), getattr(tokenizer, f"{name}_token_id")
-        if got is not None and expected is not None and got != expected:
-            raise AiaynError(
-                f"{where}: its {name} token id is {got} but the model's is {expected}: "
-                "use the tokenizer the model was trained with"
-            )
-    if tokenizer.eos_token_id is None:
-        raise AiaynError(f"{where} has no end-of-sentence token ({config.eos_token_id} in the model)")
+    ids = {name: getattr(config, f"{name}_token_id") for name in ("pad", "eos", "bos")}
+    check_token_ids(tokenizer, vocab_size=config.vocab_size, special_ids=ids, where=where)
 
 
 class Translator:
@@ -130,11 +119,11 @@ class Translator:
         try:
             model = AutoModelForSeq2SeqLM.from_pretrained(path_or_hub_id, revision=revision)
         except (OSError, ValueError, KeyError) as err:
-            raise AiaynError(f"--model {path_or_hub_id}: cannot load a model ({_first_line(err)})") from None
+            raise AiaynError(f"--model {path_or_hub_id}: cannot load a model ({first_line(err)})") from None
         try:
             tokenizer = AutoTokenizer.from_pretrained(path_or_hub_id, revision=revision)
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise AiaynError(f"--model {path_or_hub_id}: cannot load its tokenizer ({_first_line(err)})") from None
+            raise AiaynError(f"--model {path_or_hub_id}: cannot load its tokenizer ({first_line(err)})") from None
         return cls(model, tokenizer, device=device, dtype=dtype)
 
     # -----------------------------------------------------------------------------------------
@@ -342,11 +331,6 @@ def _progress_bar(total: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="sent", disable=not enabled, desc="translating", dynamic_ncols=True)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 __all__ = ["Translator", "check_tokenizer", "decode_lines", "make_batches", "pick_device", "pick_dtype"]

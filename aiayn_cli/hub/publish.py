@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import AiaynError
+from ..errors import AiaynError, first_line
 
 CITATION = """@inproceedings{vaswani2017attention,
   title     = {Attention Is All You Need},
@@ -71,7 +71,7 @@ def load_for_staging(model_dir: Path):
         model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError) as err:
-        raise AiaynError(f"{model_dir}: cannot load the model: {_first_line(err)}") from None
+        raise AiaynError(f"{model_dir}: cannot load the model: {first_line(err)}") from None
     if not isinstance(model, AiaynForConditionalGeneration):
         raise AiaynError(f"{model_dir}: holds a {type(model).__name__}, not an aiayn model")
     if len(tokenizer) != model.config.vocab_size:
@@ -160,7 +160,7 @@ def languages_from_recipe(recipe: Path | None) -> tuple[str | None, str | None, 
     try:
         data = (yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}).get("data", {}) or {}
     except yaml.YAMLError as err:
-        raise AiaynError(f"{recipe}: not valid YAML: {_first_line(err)}") from None
+        raise AiaynError(f"{recipe}: not valid YAML: {first_line(err)}") from None
     dataset = data.get("dataset")
     datasets = [dataset] if isinstance(dataset, str) and not Path(dataset).exists() else []
     return data.get("source_lang"), data.get("target_lang"), datasets
@@ -227,7 +227,7 @@ def push_folder(
     except LocalTokenNotFoundError:
         raise AiaynError("no Hugging Face token: pass --token, set HF_TOKEN, or run `hf auth login`") from None
     except HFValidationError as err:
-        raise AiaynError(f"--repo-id {repo_id!r}: {_scrub(_first_line(err), token)}") from None
+        raise AiaynError(f"--repo-id {repo_id!r}: {_scrub(first_line(err), token)}") from None
     except HfHubHTTPError as err:
         status = getattr(getattr(err, "response", None), "status_code", None)
         hint = {
@@ -237,17 +237,12 @@ def push_folder(
         }.get(status, "the Hub refused the upload")
         raise AiaynError(f"push to {repo_id} failed ({status}): {hint}") from None
     except (OSError, ConnectionError) as err:  # DNS, refused connection, timeouts, offline mode
-        raise AiaynError(f"cannot reach the Hugging Face Hub: {_scrub(_first_line(err), token)}") from None
+        raise AiaynError(f"cannot reach the Hugging Face Hub: {_scrub(first_line(err), token)}") from None
     except Exception as err:  # httpx transport errors and the like: one line, never the token
         raise AiaynError(
-            f"push to {repo_id} failed: {_scrub(f'{type(err).__name__}: {_first_line(err)}', token)}"
+            f"push to {repo_id} failed: {_scrub(f'{type(err).__name__}: {first_line(err)}', token)}"
         ) from None
     return str(getattr(commit, "commit_url", commit))
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
 
 
 def _scrub(message: str, token: str | None) -> str:

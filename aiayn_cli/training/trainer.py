@@ -37,7 +37,8 @@ from torch.utils.data import DataLoader
 
 from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
 from ..data.corpus import load_split
-from ..errors import AiaynError
+from ..data.vocabulary import SPECIAL_IDS, check_tokenizer
+from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from .checkpoint import TRAINING_STATE_DIR, list_checkpoints, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
@@ -180,7 +181,7 @@ def make_accelerator(recipe: TrainRecipe):
             **precision,
         )
     except ValueError as err:  # e.g. fp16 where the device has none
-        raise AiaynError(f"accelerate: {str(err).strip().splitlines()[0]}") from None
+        raise AiaynError(f"accelerate: {first_line(err)}") from None
 
 
 def load_tokenizer(path: str):
@@ -190,27 +191,20 @@ def load_tokenizer(path: str):
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise AiaynError(f"cannot load the tokenizer {path}: {first}") from None
+        raise AiaynError(f"cannot load the tokenizer {path}: {first_line(err)}") from None
 
 
 def check_vocabulary(tokenizer, recipe: TrainRecipe) -> int:
     """The vocabulary size, after checking the tokenizer against the model's size and special ids."""
-    size = len(tokenizer)
-    if recipe.model.vocab_size is not None and recipe.model.vocab_size != size:
-        raise AiaynError(
-            f"the tokenizer {recipe.tokenizer} has {size} tokens but model.vocab_size is "
-            f"{recipe.model.vocab_size}; drop vocab_size from the recipe or use the matching tokenizer"
-        )
-    for name, expected in (("pad", 0), ("bos", 1), ("eos", 2)):
-        got = getattr(tokenizer, f"{name}_token_id")
-        wrong = got != expected if got is not None or name != "bos" else False  # a tokenizer may have no <s>
-        if wrong:
-            raise AiaynError(
-                f"the tokenizer {recipe.tokenizer} has {name} id {got}, but the model expects "
-                f"{expected} (<pad>=0 <s>=1 </s>=2): make it with `aiayn train-tokenizer`"
-            )
-    return size
+    check_tokenizer(
+        tokenizer,
+        vocab_size=recipe.model.vocab_size,
+        special_ids=SPECIAL_IDS,
+        where=f"the tokenizer {recipe.tokenizer}",
+        model="model.vocab_size",
+        advice="drop vocab_size from the recipe or use the matching tokenizer (`aiayn train-tokenizer` makes one)",
+    )
+    return len(tokenizer)
 
 
 def tokenizer_hash(tokenizer) -> str:
