@@ -1,14 +1,35 @@
 """One error type for user mistakes: printed as one line, exit code 2, no traceback."""
 
+from __future__ import annotations
 
-class AiaynError(Exception):
+from collections.abc import Callable
+
+
+class AiaynError(ValueError):
     """A problem with the user's input (a file, a line, an option) that the user can fix.
 
-    The message is one line that names what is wrong and, where possible, what to do.
-    The CLI prints it as ``error: <message>`` and exits with code 2.
+    The message is one line that names what is wrong and, where possible, what to do. The library
+    speaks of its own keys, never of command-line flags: an error about one option or recipe key
+    carries it as `key` (the library's name: `device`, `data_dir`, `on_long`), and its message says
+    what is wrong with it. Each front end names the key its own way (`render`): the CLI as the flag
+    of the running command (`--data-dir`), once, in `aiayn_cli.cli.app`; `str()` as the key itself.
+    The CLI prints ``error: <message>`` and exits with code 2.
     """
 
     exit_code = 2
+
+    def __init__(self, message: str, *, key: str | None = None, mentions: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.message, self.key, self.mentions = message, key, mentions
+
+    def render(self, name: Callable[[str], str] = str) -> str:
+        """The line, with the key (if any) named by `name(key)` in front of the message, and the other
+        keys it mentions (`{data_dir}` placeholders, listed in `mentions`) named the same way."""
+        message = self.message.format(**{k: name(k) for k in self.mentions}) if self.mentions else self.message
+        return f"{name(self.key)} {message}" if self.key else message
+
+    def __str__(self) -> str:
+        return self.render()
 
 
 def first_line(err: BaseException) -> str:

@@ -31,3 +31,38 @@ def test_console_script():
 
     result = subprocess.run(["aiayn", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and __version__ in result.stdout
+
+
+def test_library_errors_name_keys_and_the_cli_names_flags(tmp_path):
+    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.errors import AiaynError
+
+    with pytest.raises(AiaynError) as error:
+        DataSpec(dataset="wmt14", data_dir=str(tmp_path), source_lang="en", target_lang="de").validate()
+    assert str(error.value) == "give one data source, not dataset and data_dir"  # the library's own terms
+    result = run_cli("train-tokenizer", "--dataset", "wmt14", "--data-dir", tmp_path, "-s", "en", "-t", "de",
+                     "-o", tmp_path / "tok")  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: give one data source, not --dataset and --data-dir"
+    result = run_cli("train-tokenizer", "--data-dir", tmp_path, "-o", tmp_path / "tok")
+    assert result.stderr.strip() == "error: --source-lang and --target-lang are required for this data source"
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_load_neither_torch_nor_transformers(flag):
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    script = (
+        "import sys\n"
+        f"sys.argv = ['aiayn', {flag!r}]\n"
+        "from aiayn_cli.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'transformers', 'datasets', 'evaluate', 'pyarrow') if m in sys.modules]\n"
+        "print('loaded:', ','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "loaded:"

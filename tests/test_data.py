@@ -276,9 +276,9 @@ def test_bad_inputs_raise_one_clear_line(tmp_path):
 def test_specs_that_name_no_source_or_two_are_refused(tmp_path):
     with pytest.raises(AiaynError, match="no data given"):
         load_split(DataSpec(source_lang="en", target_lang="de"), "train")
-    with pytest.raises(AiaynError, match="give one data source, not --dataset and --data-dir"):
+    with pytest.raises(AiaynError, match="give one data source, not dataset and data_dir"):
         load_split(DataSpec(dataset="wmt14", data_dir=tmp_path, source_lang="en", target_lang="de"), "train")
-    with pytest.raises(AiaynError, match="--source-lang"):
+    with pytest.raises(AiaynError, match="source_lang and target_lang are required"):
         load_split(DataSpec(data_dir=tmp_path), "train")
     with pytest.raises(AiaynError, match="go together"):
         load_split(DataSpec(source_file=tmp_path / "a"), "train")

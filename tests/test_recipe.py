@@ -99,8 +99,11 @@ def test_wrong_types_and_values(tmp_path, line, message):
         ("model: {preset: huge}", r"'model.preset' must be 'base', 'big', 'small' or 'tiny'"),
         ("model: {preset: tiny, pre_norm: 1}", r"'model.pre_norm' must be a valid boolean"),
         ("model: {preset: tiny, width: 3}", r"unknown key 'model.width' \(known: preset, vocab_size, d_model"),
-        ("data: {data_dir: x}", r"data: --source-lang .* required"),
-        ("data: {data_dir: x, dataset: wmt14, source_lang: en, target_lang: de}", r"data: give one data source"),
+        ("data: {data_dir: x}", r"data: 'data.source_lang' and 'data.target_lang' are required"),
+        (
+            "data: {data_dir: x, dataset: wmt14, source_lang: en, target_lang: de}",
+            r"data: give one data source, not 'data.dataset' and 'data.data_dir'",
+        ),
         ("data: {data_dir: 3, source_lang: en, target_lang: de}", r"'data.data_dir' must be a valid string"),
     ],
 )

@@ -62,7 +62,7 @@ def test_wrong_type(monkeypatch, capsys, tmp_path):
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", path)[::2])
     assert "'max_tokens' must be a valid integer, got 'many'" in line
     line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--set", "model.dropout=high")[::2])
-    assert "--set model.dropout: 'model.dropout' must be a number or null" in line
+    assert "--set model.dropout: 'model.dropout' must be a valid number" in line
 
 
 def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, tokenizer):

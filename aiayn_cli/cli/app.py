@@ -61,6 +61,22 @@ app.command("quickstart")(quickstart.quickstart)
 app.command("recipes")(recipes.recipes)
 
 
+def flag_names(command: str | None) -> dict[str, str]:
+    """Library key -> the flag that sets it in `command` (its longest spelling, `--data-dir`)."""
+    group = typer.main.get_command(app)
+    found = group.commands.get(command) if command else None  # type: ignore[attr-defined]
+    names = {}
+    for param in getattr(found, "params", []):
+        flags = [opt for opt in param.opts if opt.startswith("--")]
+        names[param.name] = max(flags, key=len) if flags else param.name.upper()
+    return names
+
+
+def _command_name(argv: list[str]) -> str | None:
+    group = typer.main.get_command(app)
+    return next((arg for arg in argv if arg in group.commands), None)  # type: ignore[attr-defined]
+
+
 def main() -> None:
     """Entry point of the `aiayn` console script and of `python -m aiayn_cli`."""
     try:
@@ -68,7 +84,8 @@ def main() -> None:
     except AiaynError as err:
         if os.environ.get("AIAYN_DEBUG") == "1":
             raise
-        typer.echo(f"error: {err}", err=True)
+        names = flag_names(_command_name(sys.argv[1:])) if err.key or err.mentions else {}
+        typer.echo(f"error: {err.render(lambda key: names.get(key, key))}", err=True)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

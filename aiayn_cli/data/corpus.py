@@ -52,6 +52,9 @@ SPLIT_ALIASES: dict[str, tuple[str, ...]] = {
 _CLEANING_VERSION = "1"
 
 
+PAIR = ("source_file", "target_file")
+
+
 @dataclass
 class DataSpec:
     """Where parallel data comes from and how it is cleaned.
@@ -99,25 +102,19 @@ class DataSpec:
 
     def validate(self) -> None:
         """Raise `AiaynError` for a spec that names no source, or more than one, or bad limits."""
-        given = [
-            name
-            for name, value in (
-                ("--dataset", self.dataset),
-                ("--data-dir", self.data_dir),
-                ("--prefix", self.prefix),
-                ("--source-file/--target-file", self.source_file or self.target_file),
-                ("--data-file", self.data_file),
-            )
-            if value
-        ]
+        sources = ("dataset", "data_dir", "prefix", "source_file", "data_file")
+        given = [name for name in sources if getattr(self, name) or (name == "source_file" and self.target_file)]
         if not given:
             raise AiaynError(
-                "no data given: use --dataset, --data-dir, --prefix, --source-file/--target-file or --data-file"
+                "no data given: use {dataset}, {data_dir}, {prefix}, {source_file} with {target_file}, or {data_file}",
+                mentions=(*sources, "target_file"),
             )
         if len(given) > 1:
-            raise AiaynError(f"give one data source, not {' and '.join(given)}")
+            raise AiaynError(
+                "give one data source, not " + " and ".join(f"{{{name}}}" for name in given), mentions=tuple(given)
+            )
         if bool(self.source_file) != bool(self.target_file):
-            raise AiaynError("--source-file and --target-file go together: give both")
+            raise AiaynError("{source_file} and {target_file} go together: give both", mentions=PAIR)
         needs_langs = (
             self.dataset
             or self.data_dir
@@ -125,11 +122,14 @@ class DataSpec:
             or (self.data_file and _file_format(self) == "jsonl" and not (self.source_column and self.target_column))
         )
         if needs_langs and not (self.source_lang and self.target_lang):
-            raise AiaynError("--source-lang (-s) and --target-lang (-t) are required for this data source")
+            raise AiaynError(
+                "{source_lang} and {target_lang} are required for this data source",
+                mentions=("source_lang", "target_lang"),
+            )
         if self.max_length is not None and self.max_length < 1:
-            raise AiaynError(f"--max-length must be at least 1, got {self.max_length}")
+            raise AiaynError(f"must be at least 1, got {self.max_length}", key="max_length")
         if self.max_ratio is not None and self.max_ratio < 1:
-            raise AiaynError(f"--max-ratio must be at least 1, got {self.max_ratio}")
+            raise AiaynError(f"must be at least 1, got {self.max_ratio}", key="max_ratio")
 
 
 @dataclass

@@ -35,6 +35,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from .incremental import IncrementalDecoder, PreparedWeights
 
@@ -92,22 +93,25 @@ class DecodingOptions:
         return options
 
     def validate(self) -> None:
-        """Raise `ValueError`, naming the option, for values that cannot be decoded with."""
+        """Raise `AiaynError` (a `ValueError`), keyed by the option, for values that cannot be decoded with."""
         if self.num_beams < 1:
-            raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+            raise AiaynError(f"must be >= 1, got {self.num_beams}", key="num_beams")
         if self.length_penalty_style not in LENGTH_PENALTY_STYLES:
-            raise ValueError(
-                f"length_penalty_style must be one of {', '.join(LENGTH_PENALTY_STYLES)}, "
-                f"got {self.length_penalty_style!r}"
+            raise AiaynError(
+                f"must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {self.length_penalty_style!r}",
+                key="length_penalty_style",
             )
         if self.nbest < 1 or (not self.do_sample and self.nbest > self.num_beams):
-            raise ValueError(f"nbest must be between 1 and num_beams ({self.num_beams}), got {self.nbest}")
-        if self.max_len_a < 0 or self.max_len_b < 0 or self.min_len < 0:
-            raise ValueError("max_len_a, max_len_b and min_len must be >= 0")
+            raise AiaynError(f"must be between 1 and the beam size ({self.num_beams}), got {self.nbest}", key="nbest")
+        for name in ("max_len_a", "max_len_b", "min_len"):
+            if getattr(self, name) < 0:
+                raise AiaynError(f"must be >= 0, got {getattr(self, name)}", key=name)
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_k must be >= 0 and top_p in (0, 1], got {self.top_k} and {self.top_p}")
+            raise AiaynError(f"must be > 0, got {self.temperature}", key="temperature")
+        if self.top_k < 0:
+            raise AiaynError(f"must be >= 0, got {self.top_k}", key="top_k")
+        if not 0.0 < self.top_p <= 1.0:
+            raise AiaynError(f"must be in (0, 1], got {self.top_p}", key="top_p")
 
 
 def length_penalty(length: int, alpha: float, style: str = "gnmt") -> float:

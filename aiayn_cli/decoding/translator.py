@@ -47,11 +47,11 @@ def pick_device(device: str | None = None) -> torch.device:
         try:
             chosen = torch.device(device)
         except RuntimeError as err:
-            raise AiaynError(f"--device {device}: not a device ({err})") from None
+            raise AiaynError(f"{device}: not a device ({err})", key="device") from None
         if chosen.type == "cuda" and not torch.cuda.is_available():
-            raise AiaynError(f"--device {device}: CUDA is not available here")
+            raise AiaynError(f"{device}: CUDA is not available here", key="device")
         if chosen.type == "mps" and not torch.backends.mps.is_available():
-            raise AiaynError(f"--device {device}: MPS is not available here")
+            raise AiaynError(f"{device}: MPS is not available here", key="device")
         return chosen
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -66,7 +66,7 @@ def pick_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
-        raise AiaynError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+        raise AiaynError(f"{dtype}: choose one of {', '.join(DTYPES)}", key="dtype")
     return DTYPES[dtype]
 
 
@@ -119,11 +119,11 @@ class Translator:
         try:
             model = AutoModelForSeq2SeqLM.from_pretrained(path_or_hub_id, revision=revision)
         except (OSError, ValueError, KeyError) as err:
-            raise AiaynError(f"--model {path_or_hub_id}: cannot load a model ({first_line(err)})") from None
+            raise AiaynError(f"{path_or_hub_id}: cannot load a model ({first_line(err)})", key="model") from None
         try:
             tokenizer = AutoTokenizer.from_pretrained(path_or_hub_id, revision=revision)
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise AiaynError(f"--model {path_or_hub_id}: cannot load its tokenizer ({first_line(err)})") from None
+            raise AiaynError(f"{path_or_hub_id}: cannot load its tokenizer ({first_line(err)})", key="model") from None
         return cls(model, tokenizer, device=device, dtype=dtype)
 
     # -----------------------------------------------------------------------------------------
@@ -136,10 +136,7 @@ class Translator:
         if unknown:
             raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
         options = DecodingOptions.from_generation_config(self.model.generation_config, **overrides)
-        try:
-            options.validate()
-        except ValueError as err:
-            raise AiaynError(f"decoding options: {err}") from None
+        options.validate()
         return options
 
     def encode(
@@ -148,7 +145,7 @@ class Translator:
         """Token ids of each sentence, or None for an empty output (an empty or whitespace-only line, or a
         long line skipped). Warnings and errors name the line: `first_line` is the number of the first."""
         if on_long not in ON_LONG:
-            raise AiaynError(f"--on-long {on_long}: choose one of {', '.join(ON_LONG)}")
+            raise AiaynError(f"{on_long}: choose one of {', '.join(ON_LONG)}", key="on_long")
         texts = [(i, s) for i, s in enumerate(sentences) if s.strip()]
         ids: list[list[int] | None] = [None] * len(sentences)
         if not texts:
@@ -161,7 +158,7 @@ class Translator:
                 if on_long == "error":
                     raise AiaynError(
                         f"{where}: {len(tokens)} tokens, more than the model's limit of {limit} "
-                        "(use --on-long truncate or skip)"
+                        "(on_long: truncate or skip)"
                     )
                 if on_long == "skip":
                     logger.warning(

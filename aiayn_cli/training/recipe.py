@@ -407,7 +407,8 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
     try:
         recipe.data.validate()
     except AiaynError as err:
-        raise AiaynError(f"{where.get('data', source)}: data: {err}") from None
+        named = err.render(lambda key: f"'data.{key}'")
+        raise AiaynError(f"{where.get('data', source)}: data: {named}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
         raise AiaynError(f"{source}: set at least one of max_steps, max_epochs, max_time")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-import sacrebleu
 import torch
 
+from ..evaluation.scoring import score
 from ..model.modeling_aiayn import shift_tokens_right
 from .loss import label_smoothed_cross_entropy
 
@@ -67,7 +67,8 @@ def translate_sample(model, tokenizer, sources: list[str], beam_size: int = 1, m
 def validation_bleu(
     model, tokenizer, sources: list[str], references: list[str], accelerator, beam_size: int = 1, max_tokens: int = 4096
 ) -> tuple[float, list[str]]:
-    """sacreBLEU of the sample, decoded in shards by every process; (BLEU, hypotheses) on every process."""
+    """sacreBLEU of the sample, decoded in shards by every process; (BLEU, hypotheses) on every process.
+    Scored by `aiayn evaluate`'s own code (`aiayn_cli.evaluation.score`)."""
     from accelerate.utils import gather_object
 
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -75,7 +76,9 @@ def validation_bleu(
     hypotheses = translate_sample(model, tokenizer, [sources[i] for i in mine], beam_size, max_tokens)
     pairs = gather_object(list(zip(mine, hypotheses))) if world > 1 else list(zip(mine, hypotheses))
     ordered = [text for _, text in sorted(pairs)]
-    return sacrebleu.corpus_bleu(ordered, [references]).score, ordered
+    if not ordered:
+        return 0.0, ordered
+    return float(score(ordered, references, metrics=("sacrebleu",))["scores"]["sacrebleu"]["score"]), ordered
 
 
 __all__ = ["translate_sample", "validation_bleu", "validation_loss"]

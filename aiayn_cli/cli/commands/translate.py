@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,20 +17,6 @@ from ...files import atomic_open
 
 DECODING = "Decoding (default: the model's generation_config)"
 BATCHING = "Batching and device"
-
-# The flag that sets each decoding option, for error messages.
-FLAGS = {
-    "num_beams": "--beam",
-    "nbest": "--nbest",
-    "length_penalty": "--length-penalty",
-    "length_penalty_style": "--length-penalty-style",
-    "max_len_a": "--max-len-a",
-    "max_len_b": "--max-len-b",
-    "temperature": "--temperature",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "min_len": "--min-len",
-}
 
 
 def translate(
@@ -69,7 +54,7 @@ def translate(
             show_default=False,
         ),
     ] = None,
-    beam: Annotated[
+    num_beams: Annotated[
         int | None,
         typer.Option(
             "--beam", "-b", min=1, rich_help_panel=DECODING, help="Beam size; 1 is greedy search.", show_default=False
@@ -117,7 +102,7 @@ def translate(
     max_len_b: Annotated[
         int | None, typer.Option("--max-len-b", rich_help_panel=DECODING, help="See --max-len-a.", show_default=False)
     ] = None,
-    sample: Annotated[
+    do_sample: Annotated[
         bool, typer.Option("--sample", rich_help_panel=DECODING, help="Sample from the model instead of searching.")
     ] = False,
     temperature: Annotated[
@@ -192,7 +177,7 @@ def translate(
     """Translate sentences: N lines in, N lines out, in order (an empty line gives an empty line)."""
     _warnings_to_stderr()
     if on_long not in ON_LONG:
-        raise AiaynError(f"--on-long {on_long}: choose one of {', '.join(ON_LONG)}")
+        raise AiaynError(f"{on_long}: choose one of {', '.join(ON_LONG)}", key="on_long")
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
     import torch
@@ -203,13 +188,13 @@ def translate(
         torch.set_num_threads(threads)
     translator = Translator.from_pretrained(model, device=device, dtype=dtype)
     options = dict(
-        num_beams=1 if sample else beam,
+        num_beams=1 if do_sample else num_beams,
         nbest=nbest,
         length_penalty=length_penalty,
         length_penalty_style=length_penalty_style,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
-        do_sample=sample or None,
+        do_sample=do_sample or None,
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
@@ -238,8 +223,6 @@ def translate(
                 **options,
             )
             _write(stream, nbest, output)
-    except AiaynError as err:
-        raise AiaynError(_with_flag_names(str(err))) from None
     except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
         sys.stderr.close()
         os._exit(0)
@@ -269,12 +252,6 @@ def _write_to(out: BinaryIO, results: Iterable[list[tuple[str, float]]], nbest: 
         out.write("".join(line + "\n" for line in lines).encode("utf-8"))
         if flush:
             out.flush()
-
-
-def _with_flag_names(message: str) -> str:
-    if message.startswith("decoding options: "):
-        message = re.sub(r"\b(" + "|".join(FLAGS) + r")\b", lambda match: FLAGS[match.group(1)], message)
-    return message
 
 
 class _StderrHandler(logging.Handler):
