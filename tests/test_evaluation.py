@@ -17,8 +17,9 @@ from conftest import REPO_ROOT, cli_env, run_cli
 
 from aiayn_cli.cli import main
 from aiayn_cli.errors import AiaynError
+from aiayn_cli.evaluation.inputs import read_lines, read_parallel
 from aiayn_cli.evaluation.metrics import METRIC_MODULES, METRICS_DIR, paper_bleu_tokenize, split_compounds
-from aiayn_cli.evaluation.scoring import format_table, load_metric, read_lines, read_parallel, score, write_json
+from aiayn_cli.evaluation.scoring import format_table, load_metric, score, write_json
 
 # Made-up sentences: punctuation, case, numbers, hyphenated compounds, one empty hypothesis.
 HYPS = [
@@ -583,3 +584,21 @@ def test_split_mode_bad_inputs(tmp_path):
     for args, phrase in cases:
         result = run_cli("evaluate", *args)
         assert result.returncode == 2 and phrase in result.stderr, (args, result.stderr)
+
+
+def test_inputs_for_scoring_are_a_library_call(tmp_path):
+    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.evaluation.inputs import inputs_from_files, inputs_from_split
+
+    (tmp_path / "test.en").write_text("a cat\na dog\n", encoding="utf-8")
+    (tmp_path / "test.de").write_text("eine Katze\nein Hund\n", encoding="utf-8")
+    (tmp_path / "hyp.de").write_text("eine Katze\nein Hunde\n", encoding="utf-8")
+    from_files = inputs_from_files(tmp_path / "hyp.de", [tmp_path / "test.de"])
+    spec = DataSpec(data_dir=str(tmp_path), source_lang="en", target_lang="de")
+    from_split = inputs_from_split(spec, "test", hypotheses=tmp_path / "hyp.de")
+    assert from_files.hypotheses == from_split.hypotheses == ["eine Katze", "ein Hunde"]
+    assert from_files.references == from_split.references == [["eine Katze"], ["ein Hund"]]
+    assert from_files.language == from_split.language == "de"
+    with pytest.raises(AiaynError) as error:
+        inputs_from_split(spec, "test")  # neither hypotheses nor a model
+    assert str(error.value) == "with a data split give either hypotheses or model"

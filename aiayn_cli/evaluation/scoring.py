@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import AiaynError
 from ..files import atomic_open
+from .inputs import check_output_path
 from .metrics import METRIC_MODULES, metric_path, moses_languages
 
 METRICS = ("sacrebleu", "chrf", "ter")
@@ -28,63 +29,6 @@ PAPER_BLEU_FOOTNOTE = (
     "* tokenized BLEU with compound splitting (Moses tokenizer -l {lang}, ##AT##-##AT##, multi-bleu), "
     "the convention behind the paper's 27.3 / 28.4: NOT comparable with sacreBLEU."
 )
-
-
-# Reading hypotheses and references
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, read as the `sacrebleu` command reads them: split on "\\n"
-    only, trailing whitespace stripped. Raises `AiaynError` naming the file (and the line)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise AiaynError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise AiaynError(f"{path}: is a folder; expected a text file with one sentence per line") from None
-    except PermissionError:
-        raise AiaynError(f"{path}: permission denied") from None
-    raw_lines = data.split(b"\n")
-    if raw_lines[-1] == b"":  # the newline after the last line, or an empty file
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip())
-        except UnicodeDecodeError as err:
-            raise AiaynError(
-                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
-            ) from None
-    return lines
-
-
-def read_parallel(hypotheses: str | Path, references: Sequence[str | Path]) -> tuple[list[str], list[list[str]]]:
-    """Read a hypothesis file and one or more line-aligned reference files.
-
-    Returns the hypotheses and, for each of them, the list of its references (one per file).
-    """
-    if not references:
-        raise AiaynError("no reference file given (--references FILE)")
-    hyps = read_lines(hypotheses)
-    if not hyps:
-        raise AiaynError(f"{hypotheses}: is empty; nothing to score")
-    streams = []
-    for path in references:
-        refs = read_lines(path)
-        if len(refs) != len(hyps):
-            raise AiaynError(
-                f"{hypotheses} has {len(hyps)} lines but {path} has {len(refs)}; "
-                "hypotheses and references must be line-aligned"
-            )
-        streams.append(refs)
-    return hyps, [list(refs) for refs in zip(*streams)]
-
-
-def language_from_path(path: str | Path) -> str | None:
-    """The language code in a file name such as `test2016.de`, if the Moses tokenizer knows it."""
-    suffix = Path(path).suffix.lstrip(".").lower()
-    return suffix if suffix in moses_languages() else None
 
 
 # Scoring
@@ -194,16 +138,6 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def check_output_path(path: str | Path) -> Path:
-    """Fail early, before any work, where `path` cannot be written as a file."""
-    path = Path(path)
-    if path.is_dir():
-        raise AiaynError(f"{path}: is a folder; give a file name for the JSON results")
-    if not path.parent.is_dir():
-        raise AiaynError(f"{path}: folder {path.parent} does not exist")
-    return path
-
-
 def write_json(results: dict[str, Any], path: str | Path) -> None:
     """Write `results` as JSON to `path`, under a temporary name first and then renamed, so that a
     failure never leaves a half-written file."""
@@ -219,13 +153,9 @@ def write_json(results: dict[str, Any], path: str | Path) -> None:
 __all__ = [
     "METRICS",
     "METRIC_MODULES",
-    "check_output_path",
     "PAPER_BLEU",
     "format_table",
-    "language_from_path",
     "load_metric",
-    "read_lines",
-    "read_parallel",
     "score",
     "write_json",
 ]

@@ -8,16 +8,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
-from ...evaluation.scoring import (
-    METRICS,
-    check_output_path,
-    format_table,
-    language_from_path,
-    read_parallel,
-    score,
-    write_json,
-)
-from ...files import atomic_open
+from ...evaluation.scoring import METRICS
 from .. import options
 
 
@@ -102,12 +93,16 @@ def evaluate(
     aiayn evaluate -i hyp.de --data-dir DATA -s en -t de --split test    # references from a split
     aiayn evaluate --model MODEL --data-dir DATA -s en -t de --split test  # translate, then score
     """
+    from ...evaluation.inputs import check_output_path, inputs_from_files, inputs_from_split
+    from ...evaluation.scoring import format_table, score, write_json
+
     if json_path is not None:
         check_output_path(json_path)
     data_given = any(v is not None for v in (dataset, data_dir, prefix, source_file, target_file, data_file))
     if data_given:
         if references:
-            raise AiaynError("give --references or data options (--data-dir, --dataset, ...), not both")
+            raise AiaynError("give {references} or data options ({data_dir}, {dataset}, ...), not both",
+                             mentions=("references", "data_dir", "dataset"))  # fmt: skip
         spec = options.data_spec(
             dataset=dataset,
             dataset_config=dataset_config,
@@ -119,74 +114,28 @@ def evaluate(
             source_lang=source_lang,
             target_lang=target_lang,
         )
-        hyps, refs, inputs, file_lang = _split_inputs(spec, split, hypotheses, model, output)
+        inputs = inputs_from_split(spec, split, hypotheses=hypotheses, model=model, output=output)
+        if inputs.cleaning_report:
+            typer.echo(inputs.cleaning_report, err=True)
     elif model is not None:
-        raise AiaynError("--model needs data options (e.g. --data-dir DIR -s en -t de --split test) to translate")
+        raise AiaynError("needs data options (e.g. --data-dir DIR -s en -t de --split test) to translate", key="model")
     else:
-        hyps, refs, inputs, file_lang = _inputs(hypotheses, references)
+        if hypotheses is None:
+            raise AiaynError("is required (the translations to score, one per line)", key="hypotheses")
+        if not references:
+            raise AiaynError("is required (the reference translations, one per line)", key="references")
+        inputs = inputs_from_files(hypotheses, references)
     if paper_bleu and lang is None:
-        lang = file_lang
+        lang = inputs.language
         if lang is None:
             raise AiaynError(
                 "--paper-bleu needs --lang (the references' language, e.g. de): "
-                f"it cannot be read from the file name {inputs['references'][0]}"
+                f"it cannot be read from the file name {inputs.description['references'][0]}"
             )
     chosen = [name.strip() for name in metrics.split(",") if name.strip()]
-    results = {"inputs": inputs, **score(hyps, refs, metrics=chosen, paper_bleu=paper_bleu, lang=lang, width=width)}
+    scores = score(inputs.hypotheses, inputs.references, metrics=chosen, paper_bleu=paper_bleu, lang=lang, width=width)
+    results = {"inputs": inputs.description, **scores}
     typer.echo(format_table(results))
     if json_path is not None:
         write_json(results, json_path)
         typer.echo(f"wrote {json_path}", err=True)
-
-
-def _split_inputs(spec, split: str, hypotheses: Path | None, model: str | None, output: Path | None):
-    """References from a data split; hypotheses from a file, or translated from the split by a model."""
-    from ...data.corpus import load_split
-
-    if (hypotheses is None) == (model is None):
-        raise AiaynError("with data options give either --hypotheses FILE or --model PATH_OR_HUB_ID")
-    data = load_split(spec, split)
-    report = getattr(data, "cleaning_report", None)
-    if report is not None:
-        typer.echo(str(report), err=True)
-    refs = [[ref] for ref in data["target"]]
-    inputs = {
-        "data": str(spec.dataset or spec.data_dir or spec.prefix or spec.data_file or spec.target_file),
-        "split": split,
-    }
-    if model is not None:
-        from ...decoding.translator import Translator
-
-        if output is not None:
-            check_output_path(output)
-        hyps = Translator.from_pretrained(model).translate(list(data["source"]), progress=True, source=split)
-        inputs["model"] = model
-        if output is not None:
-            with atomic_open(output) as out:
-                out.writelines(line + "\n" for line in hyps)
-            inputs["hypotheses"] = str(output)
-    else:
-        hyps = _read_hypotheses(hypotheses, len(refs), split)
-        inputs["hypotheses"] = str(hypotheses)
-    return hyps, refs, inputs, spec.target_lang
-
-
-def _read_hypotheses(path: Path, expected: int, split: str) -> list[str]:
-    from ...evaluation.scoring import read_lines
-
-    hyps = read_lines(path)
-    if len(hyps) != expected:
-        raise AiaynError(f"{path} has {len(hyps)} lines but the {split} split has {expected} references")
-    return hyps
-
-
-def _inputs(hypotheses: Path | None, references: list[Path] | None):
-    """Hypotheses, references (per segment), a description of where they came from, and the
-    references' language where their file name tells it."""
-    if hypotheses is None:
-        raise AiaynError("--hypotheses FILE is required (the translations to score, one per line)")
-    if not references:
-        raise AiaynError("--references FILE is required (the reference translations, one per line)")
-    hyps, refs = read_parallel(hypotheses, references)
-    inputs = {"hypotheses": str(hypotheses), "references": [str(path) for path in references]}
-    return hyps, refs, inputs, language_from_path(references[0])

@@ -1,0 +1,148 @@
+"""What `aiayn evaluate` scores: hypotheses and references from files, or from a data split, the
+hypotheses possibly translated from that split by a model. A notebook calls these as the command does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AiaynError
+from ..files import atomic_open
+from .metrics import moses_languages
+
+
+@dataclass
+class ScoringInputs:
+    """Hypotheses, their references (a list per hypothesis), where both came from, and the references'
+    language where it is known (for the paper's tokenized BLEU)."""
+
+    hypotheses: list[str]
+    references: list[list[str]]
+    description: dict[str, Any] = field(default_factory=dict)
+    language: str | None = None
+    cleaning_report: str | None = None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, read as the `sacrebleu` command reads them: split on "\\n"
+    only, trailing whitespace stripped. Raises `AiaynError` naming the file (and the line)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise AiaynError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise AiaynError(f"{path}: is a folder; expected a text file with one sentence per line") from None
+    except PermissionError:
+        raise AiaynError(f"{path}: permission denied") from None
+    raw_lines = data.split(b"\n")
+    if raw_lines[-1] == b"":  # the newline after the last line, or an empty file
+        raw_lines.pop()
+    lines = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip())
+        except UnicodeDecodeError as err:
+            raise AiaynError(
+                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
+            ) from None
+    return lines
+
+
+def read_parallel(hypotheses: str | Path, references: Sequence[str | Path]) -> tuple[list[str], list[list[str]]]:
+    """Read a hypothesis file and one or more line-aligned reference files.
+
+    Returns the hypotheses and, for each of them, the list of its references (one per file).
+    """
+    if not references:
+        raise AiaynError("no reference file given", key="references")
+    hyps = read_lines(hypotheses)
+    if not hyps:
+        raise AiaynError(f"{hypotheses}: is empty; nothing to score")
+    streams = []
+    for path in references:
+        refs = read_lines(path)
+        if len(refs) != len(hyps):
+            raise AiaynError(
+                f"{hypotheses} has {len(hyps)} lines but {path} has {len(refs)}; "
+                "hypotheses and references must be line-aligned"
+            )
+        streams.append(refs)
+    return hyps, [list(refs) for refs in zip(*streams)]
+
+
+def language_from_path(path: str | Path) -> str | None:
+    """The language code in a file name such as `test2016.de`, if the Moses tokenizer knows it."""
+    suffix = Path(path).suffix.lstrip(".").lower()
+    return suffix if suffix in moses_languages() else None
+
+
+def inputs_from_files(hypotheses: str | Path, references: Sequence[str | Path]) -> ScoringInputs:
+    """A hypothesis file and one or more line-aligned reference files."""
+    hyps, refs = read_parallel(hypotheses, references)
+    description = {"hypotheses": str(hypotheses), "references": [str(path) for path in references]}
+    return ScoringInputs(hyps, refs, description, language_from_path(references[0]))
+
+
+def inputs_from_split(
+    spec,
+    split: str,
+    *,
+    hypotheses: str | Path | None = None,
+    model: str | None = None,
+    output: str | Path | None = None,
+    progress: bool = True,
+) -> ScoringInputs:
+    """References from a data split (`DataSpec`); hypotheses from a file, or translated from the
+    split's sources by `model` (the paper's beam search), written to `output` if given."""
+    from ..data.corpus import load_split
+
+    if (hypotheses is None) == (model is None):
+        raise AiaynError("with a data split give either {hypotheses} or {model}", mentions=("hypotheses", "model"))
+    if output is not None:
+        check_output_path(output)
+    data = load_split(spec, split)
+    report = getattr(data, "cleaning_report", None)
+    refs = [[ref] for ref in data["target"]]
+    description = {
+        "data": str(spec.dataset or spec.data_dir or spec.prefix or spec.data_file or spec.target_file),
+        "split": split,
+    }
+    if model is not None:
+        from ..decoding.translator import Translator
+
+        hyps = Translator.from_pretrained(model).translate(list(data["source"]), progress=progress, source=split)
+        description["model"] = model
+        if output is not None:
+            with atomic_open(output) as out:
+                out.writelines(line + "\n" for line in hyps)
+            description["hypotheses"] = str(output)
+    else:
+        hyps = read_lines(hypotheses)
+        if len(hyps) != len(refs):
+            raise AiaynError(f"{hypotheses} has {len(hyps)} lines but the {split} split has {len(refs)} references")
+        description["hypotheses"] = str(hypotheses)
+    return ScoringInputs(hyps, refs, description, spec.target_lang, str(report) if report is not None else None)
+
+
+def check_output_path(path: str | Path) -> Path:
+    """Fail early, before any work, where `path` cannot be written as a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise AiaynError(f"{path}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise AiaynError(f"{path}: folder {path.parent} does not exist")
+    return path
+
+
+__all__ = [
+    "ScoringInputs",
+    "check_output_path",
+    "inputs_from_files",
+    "inputs_from_split",
+    "language_from_path",
+    "read_lines",
+    "read_parallel",
+]
