@@ -9,3 +9,15 @@ class AiaynError(Exception):
     """
 
     exit_code = 2
+    prefix = "error"
+
+
+class Interrupted(AiaynError):
+    """A run stopped by a signal after saving its state: printed as ``interrupted: <message>``,
+    exit code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as the shell reports it."""
+
+    prefix = "interrupted"
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number

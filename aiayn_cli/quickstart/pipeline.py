@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AiaynError
+from ..files import atomic_write
 
 # A model a CPU trains in a few minutes; the paper's recipe otherwise (§5.3-5.4, §6.1).
 QUICKSTART_RECIPE = {
@@ -124,7 +125,7 @@ def run_quickstart(
     hypotheses = translator.translate(list(test["source"]), progress=show_progress)
     lap("translate")
     results = score(hypotheses, list(test["target"]), metrics=("sacrebleu",))
-    (output / "test.hyp.de").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    atomic_write(output / "test.hyp.de", "\n".join(hypotheses) + "\n")
     lap("evaluate")
     sacrebleu = results["scores"]["sacrebleu"]
     examples = list(zip(test["source"][:5], hypotheses[:5], test["target"][:5]))

@@ -3,6 +3,9 @@
 aiayn train recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k
 accelerate launch -m aiayn_cli train recipes/multi30k_en_de.yaml          # several GPUs / machines
 aiayn train recipes/multi30k_en_de.yaml                                   # again, after a kill: resumes
+
+Ctrl-C or SIGTERM: the current step is finished and a checkpoint written (exit 130 / 143); a
+second one stops at once. The output folder is locked while a run uses it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ def train(
             help="Continue from this checkpoint. Default: the newest checkpoint in --output-dir if it holds this run.",
         ),
     ] = None,
+    accept_new_data: Annotated[
+        bool,
+        typer.Option(
+            "--accept-new-data",
+            rich_help_panel=PANEL_RUN,
+            help="Resume even though the training data changed since the checkpoint (it is refused otherwise).",
+        ),
+    ] = False,
     preset: Annotated[
         str | None,
         typer.Option("--preset", rich_help_panel=PANEL_RUN, help="Model size: base, big (Table 3), small, tiny."),
@@ -140,7 +151,7 @@ def train(
         raise AiaynError("give a recipe (recipes/*.yaml) or the keys as flags")
     resolved = load_recipe(recipe, overrides)
     quiet_libraries()
-    result = run_training(resolved, resume=resume, show_progress=progress)
+    result = run_training(resolved, resume=resume, show_progress=progress, accept_new_data=accept_new_data)
     _report(result)
 
 
