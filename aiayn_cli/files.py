@@ -33,17 +33,22 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     temporary = _temporary_name(path)
-    # os.open applies the umask to 0o666, as open() does (mkstemp would give 0o600).
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        # os.open applies the umask to 0o666, as open() does (mkstemp would give 0o600).
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as err:
+        _name_the_target(err, temporary, path)
+        raise
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
             yield out
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        _name_the_target(err, temporary, path)
         raise
     fsync_dir(path.parent)
 
@@ -90,8 +95,9 @@ def staging_dir(final: str | os.PathLike, name: str | None = None) -> Iterator[P
         yield tmp
         fsync_tree(tmp)
         replace_dir(tmp, final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        _name_the_target(err, tmp, final)
         raise
 
 
@@ -109,6 +115,15 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
     os.replace(tmp, final)
     fsync_dir(final.parent)
     _remove(old)
+
+
+def _name_the_target(err: BaseException, temporary: Path, target: Path) -> None:
+    """An error about the temporary file (or a file in the temporary folder) names the target instead."""
+    if not isinstance(err, OSError):
+        return
+    names = [err.filename, err.filename2]
+    if err.filename is None or any(str(name).startswith(str(temporary)) for name in names if name is not None):
+        err.filename, err.filename2 = str(target), None
 
 
 def _remove(path: Path) -> None:

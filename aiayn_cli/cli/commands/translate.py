@@ -254,6 +254,8 @@ def check_paths(input: Path | None, output: Path | None) -> None:
         raise AiaynError(f"--output {output}: is a folder")
     if not output.parent.is_dir():
         raise AiaynError(f"--output {output}: the folder {output.parent} does not exist")
+    if not os.access(output.parent, os.W_OK):  # a read-only folder or file system: say so before translating
+        raise AiaynError(f"--output {output}: the folder {output.parent} is not writable")
     if input is not None and str(input) != "-" and output.exists() and os.path.samefile(input, output):
         raise AiaynError(f"--output {output}: is the input file {input}; write the translations elsewhere")
 
