@@ -132,7 +132,7 @@ def test_translating_one_10_mb_line_stays_under_1_gb(tmp_path, tiny):
         "print(done.returncode, peak, repr(done.stderr[-300:]))\n"
     )
     command = [sys.executable, "-m", "aiayn_cli", "translate", "-m", str(tiny), "-i", str(source), "--beam", "1"]
-    command += ["-o", str(tmp_path / "out.txt"), "--no-progress"]
+    command += ["-o", str(tmp_path / "out.txt"), "--no-progress", "--max-len-a", "0", "--max-len-b", "2"]
     result = subprocess.run([sys.executable, "-c", script, *command], capture_output=True, text=True, env=cli_env())
     code, peak, stderr = result.stdout.split(" ", 2)
     print(f"peak memory translating a 10 MB line: {int(peak) / 2**30:.2f} GiB")

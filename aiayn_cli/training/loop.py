@@ -48,9 +48,10 @@ class StopSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, step=lambda: 0):
         self.received: int | None = None
         self.previous: dict = {}
+        self.step = step  # the step being computed, for the message
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -69,7 +70,8 @@ class StopSignals:
             os.kill(os.getpid(), number)
             return
         self.received = number
-        os.write(2, f"\n{name}: finishing this step, then saving a checkpoint ({name} again stops at once)\n".encode())
+        message = f"{name}: finishing step {self.step()}, then saving a checkpoint ({name} again stops at once)"
+        os.write(2, f"\n{message}\n".encode())
 
 
 class Run:
@@ -88,7 +90,7 @@ class Run:
         self.t0, self.seconds0 = time.monotonic(), state.train_seconds
         self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = self.seconds0
-        self.signals = StopSignals()
+        self.signals = StopSignals(step=lambda: self.state.step + 1)
 
     def elapsed(self) -> float:
         return self.seconds0 + time.monotonic() - self.t0
