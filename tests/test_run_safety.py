@@ -151,11 +151,17 @@ def test_a_signal_saves_the_step_and_resuming_is_exact(task, tmp_path, uninterru
 @pytest.mark.slow
 def test_a_second_signal_stops_at_once(task, tmp_path):
     out = tmp_path / "run"
-    process = _start(task, out, *RESUME_FLAGS)
-    assert _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGTERM, 0.2)
-    process.send_signal(signal.SIGTERM)
-    stderr = process.communicate()[1]
-    assert process.returncode == -signal.SIGTERM, stderr
+    for _attempt in range(5):  # the second signal must come while the first one's step is being finished
+        process = _start(task, out, *RESUME_FLAGS)
+        assert _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGTERM, 0.2)
+        time.sleep(0.02)  # two signals sent together may be delivered as one
+        process.send_signal(signal.SIGTERM)
+        stderr = process.communicate()[1]
+        if process.returncode == -signal.SIGTERM:
+            break
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        pytest.fail("the second SIGTERM never came before the first one's checkpoint was written")
     assert "SIGTERM again: stopping now, without a checkpoint" in stderr
 
 
