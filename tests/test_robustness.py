@@ -163,6 +163,9 @@ def test_a_run_folder_in_use_is_refused_naming_the_process(monkeypatch, capsys, 
     assert [p.name for p in output.iterdir()] == [LOCK_FILE]
     with locked_run_folder(output):  # released when the run ends
         pass
+    new = tmp_path / "new-run"  # a run that fails before writing anything leaves no folder behind
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--output-dir", new, "--tokenizer", new)[::2])
+    assert "cannot load the tokenizer" in line and not new.exists()
 
 
 def test_evaluate_drops_a_byte_order_mark(monkeypatch, capsys, tmp_path):

@@ -136,8 +136,10 @@ def locked_run_folder(output: Path) -> Iterator[None]:
     if int(os.environ.get("RANK", "0")) != 0:
         yield
         return
+    created = not output.exists()
     output.mkdir(parents=True, exist_ok=True)
     fd = os.open(output / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    locked = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -148,8 +150,15 @@ def locked_run_folder(output: Path) -> Iterator[None]:
                 "another --output-dir"
             ) from None
         os.ftruncate(fd, 0)
+        locked = True
         os.pwrite(fd, f"aiayn train, process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
+    except BaseException:
+        if locked and created and os.listdir(output) == [LOCK_FILE]:  # a run that failed before writing anything
+            with contextlib.suppress(OSError):
+                (output / LOCK_FILE).unlink()
+                output.rmdir()
+        raise
     finally:
         os.close(fd)  # releases the lock
 
