@@ -17,6 +17,7 @@ class AiaynError(ValueError):
     """
 
     exit_code = 2
+    prefix = "error"
 
     def __init__(self, message: str, *, key: str | None = None, mentions: tuple[str, ...] = ()):
         super().__init__(message)
@@ -30,6 +31,17 @@ class AiaynError(ValueError):
 
     def __str__(self) -> str:
         return self.render()
+
+
+class Interrupted(AiaynError):
+    """A run stopped by a signal after saving its state: printed as ``interrupted: <message>``,
+    exit code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as the shell reports it."""
+
+    prefix = "interrupted"
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number
 
 
 def first_line(err: BaseException) -> str:

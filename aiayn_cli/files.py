@@ -1,39 +1,137 @@
-"""Files a user relies on are written under a temporary name and renamed: complete or absent."""
+"""Files and folders a user relies on are written under a temporary name and renamed: complete or absent.
+
+Every write of the package goes through here:
+
+- `atomic_open` / `atomic_write`: a file, created with the mode the umask gives (as `open` would),
+  flushed and fsynced before the rename, the folder fsynced after it; on any error (a full disk
+  included) the temporary file is removed and the old file, if any, is untouched. A link given
+  as the path is followed: the file it points to is replaced, the link stays.
+- `staging_dir`: a folder (a checkpoint, an averaged model, a tokenizer) built under a temporary
+  name beside its final one, its files fsynced, then put in place by `replace_dir`; removed on any
+  error.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 
+def _temporary_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+
+
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file beside `path` for writing; rename it to `path` only if the block succeeds."""
     path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    temporary = _temporary_name(path)
     try:
-        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
+        # os.open applies the umask to 0o666, as open() does (mkstemp would give 0o600).
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as err:
+        _name_the_target(err, temporary, path)
+        raise
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
             yield out
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
+    except BaseException as err:
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
+        _name_the_target(err, temporary, path)
+        raise
+    fsync_dir(path.parent)
 
 
-def replace_dir(tmp: str | Path, final: str | Path) -> None:
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write `data` (text as UTF-8) to `path` atomically."""
+    with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as out:
+        out.write(data)
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename inside `folder` durable (where the file system supports it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def fsync_tree(folder: str | os.PathLike) -> None:
+    """fsync every file under `folder`, then the folders themselves."""
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(root)
+
+
+@contextlib.contextmanager
+def staging_dir(final: str | os.PathLike, name: str | None = None) -> Iterator[Path]:
+    """A new folder beside `final` to fill; on success it replaces `final` (`replace_dir`), on any
+    error it is removed. `name`: the temporary folder's name (default `.<final>.<random>.tmp`); a
+    folder of that name that exists is used as it is (the caller started filling it)."""
+    final = Path(final)
+    tmp = final.with_name(name) if name else _temporary_name(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if not tmp.is_dir():
+        os.mkdir(tmp)  # the umask's mode (mkdtemp would give 0o700)
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        replace_dir(tmp, final)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _name_the_target(err, tmp, final)
+        raise
+
+
+def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
     """Move the finished folder `tmp` to `final`, replacing what is there: before the rename `final`
     is the old folder, after it the new one, never a mix."""
     tmp, final = Path(tmp), Path(final)
     if not final.exists():
         os.replace(tmp, final)
+        fsync_dir(final.parent)
         return
     old = final.with_name(final.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)
     os.replace(final, old)
     os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(final.parent)
+    _remove(old)
+
+
+def _name_the_target(err: BaseException, temporary: Path, target: Path) -> None:
+    """An error about the temporary file (or a file in the temporary folder) names the target instead."""
+    if not isinstance(err, OSError):
+        return
+    names = [err.filename, err.filename2]
+    if err.filename is None or any(str(name).startswith(str(temporary)) for name in names if name is not None):
+        err.filename, err.filename2 = str(target), None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+__all__ = ["atomic_open", "atomic_write", "fsync_dir", "fsync_tree", "replace_dir", "staging_dir"]

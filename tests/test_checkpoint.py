@@ -14,6 +14,7 @@ from aiayn_cli.training.checkpoint import (
     average_checkpoints,
     latest_checkpoint,
     list_checkpoints,
+    load_checkpoint,
     load_weights,
     read_trainer_state,
     remove_incomplete,
@@ -98,7 +99,7 @@ def test_save_checkpoint_round_trip(tmp_path):
     batch = {"input_ids": torch.tensor([[5, 6, 2]]), "labels": torch.tensor([[7, 8, 2]])}
     accelerator.backward(model(**batch).logits.sum())
     optimizer.step()
-    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path)
+    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
     assert path.name == "checkpoint-1" and read_trainer_state(path) == {"step": 1, "epoch": 0}
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= {
         p.name for p in path.iterdir()
@@ -106,16 +107,23 @@ def test_save_checkpoint_round_trip(tmp_path):
     loaded = AutoModelForSeq2SeqLM.from_pretrained(path)
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(tensor, model.state_dict()[name])
-    # the training state restores the optimizer and the RNG
+    # the training state (safetensors and JSON only) restores the model, the optimizer and the RNG
+    assert {p.suffix for p in path.rglob("*") if p.is_file()} <= {".safetensors", ".json", ".py"}
     rng = torch.get_rng_state()
     expected = torch.rand(3)
     state = optimizer.state_dict()
     torch.manual_seed(123)
-    accelerator.load_state(str(path / "training_state"))
+    fresh = accelerator.prepare(_model(5))
+    fresh_optimizer = accelerator.prepare(torch.optim.Adam(fresh.parameters(), lr=1e-3))
+    load_checkpoint(accelerator, fresh, fresh_optimizer, path)
     assert torch.equal(torch.get_rng_state(), rng) and torch.equal(torch.rand(3), expected)
-    assert optimizer.state_dict()["state"][0]["step"] == state["state"][0]["step"]
+    restored = fresh_optimizer.state_dict()
+    assert list(restored["param_groups"][0]["betas"]) == [0.9, 0.999]
+    for index, moments in state["state"].items():
+        assert all(torch.equal(restored["state"][index][k], v) for k, v in moments.items())
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
     # overwriting the same step replaces the folder atomically
-    save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 5}, tmp_path)
+    save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 5}, tmp_path, optimizer=optimizer)
     assert read_trainer_state(path)["epoch"] == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
     shutil.rmtree(path)

@@ -17,6 +17,8 @@ import torch
 from conftest import REPO_ROOT, cli_env, run_cli
 from safetensors.torch import load_file
 
+import aiayn_cli.model  # noqa: F401  (registers the model with AutoModelForSeq2SeqLM, for from_pretrained below)
+
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 EN = [f"w{i}" for i in range(40)]
 DE = [f"v{i}x" for i in range(40)]

@@ -2,7 +2,8 @@
 
 Each command is a thin typed function in `aiayn_cli/cli/commands/`. User mistakes are raised as
 `AiaynError` and printed here once, as one line on stderr, with exit code 2 (a traceback only
-with `--debug` or `AIAYN_DEBUG=1`).
+with `--debug` or `AIAYN_DEBUG=1`); so are the file system's refusals (`OSError`: a full disk, a
+folder that is not writable) and damaged safetensors files, as `error: <file>: <reason>`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from ..errors import AiaynError
+from ..errors import AiaynError, first_line
 from .commands import average, evaluate, push, quickstart, recipes, train, train_tokenizer, translate
 
 app = typer.Typer(
@@ -81,12 +82,26 @@ def main() -> None:
     """Entry point of the `aiayn` console script and of `python -m aiayn_cli`."""
     try:
         app()
-    except AiaynError as err:
-        if os.environ.get("AIAYN_DEBUG") == "1":
+    except Exception as err:
+        message, code = error_line(err)
+        if message is None or os.environ.get("AIAYN_DEBUG") == "1":
             raise
-        names = flag_names(_command_name(sys.argv[1:])) if err.key or err.mentions else {}
-        typer.echo(f"error: {err.render(lambda key: names.get(key, key))}", err=True)
-        sys.exit(err.exit_code)
+        typer.echo(message, err=True)
+        sys.exit(code)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+
+
+def error_line(err: BaseException) -> tuple[str | None, int]:
+    """The one line and exit code for an error the user can act on; (None, 1) for a bug."""
+    if isinstance(err, AiaynError):
+        names = flag_names(_command_name(sys.argv[1:])) if err.key or err.mentions else {}
+        return f"{err.prefix}: {err.render(lambda key: names.get(key, key))}", err.exit_code
+    if isinstance(err, OSError):
+        reason = err.strerror or first_line(err)
+        names = [str(name) for name in (err.filename, err.filename2) if name is not None]
+        return "error: " + "".join(f"{name}: " for name in names[:1]) + reason, 2
+    if type(err).__name__ == "SafetensorError":  # safetensors' Rust error: a damaged or truncated file
+        return f"error: a safetensors file is damaged or truncated: {first_line(err)}", 2
+    return None, 1

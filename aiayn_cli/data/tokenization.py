@@ -18,8 +18,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from ..errors import AiaynError
+from ..files import staging_dir
 from .corpus import DataSpec, load_split
 from .vocabulary import SPECIAL_TOKENS
 
@@ -185,24 +184,8 @@ def check_output_dir(output_dir: Path, overwrite: bool) -> None:
 def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwrite: bool = False) -> None:
     """`save_pretrained` into a temporary sibling folder, then rename it to `output_dir`."""
     check_output_dir(output_dir, overwrite)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = output_dir.parent / f".{output_dir.name}.{uuid.uuid4().hex[:12]}.tmp"
-    staging.mkdir()
-    replaced = None
-    try:
+    with staging_dir(output_dir) as staging:  # fsynced, renamed; removed on any error
         tokenizer.save_pretrained(staging)
-        if output_dir.exists():
-            replaced = output_dir.rename(staging.with_suffix(".old"))
-        staging.rename(output_dir)
-    except BaseException:
-        if replaced is not None and not output_dir.exists():
-            replaced.rename(output_dir)
-            replaced = None
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
-        if replaced is not None:
-            shutil.rmtree(replaced, ignore_errors=True)
 
 
 __all__ = [

@@ -24,6 +24,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
+from pathlib import Path
 
 import torch
 
@@ -105,6 +106,11 @@ class Translator:
         if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:
             limit = tokenizer_limit
         self.max_source_tokens = limit
+        # A line is cut to this many characters before it is tokenized (a 10 MB line would take GBs):
+        # no token is longer than `longest` characters, so the cut keeps the tokens the model reads (unless
+        # the line holds long runs of characters that make no token, such as spaces).
+        longest = max((len(token) for token in tokenizer.get_vocab()), default=1)
+        self.max_source_chars = limit * (longest + 1)
         self.pad_id, self.eos_id = config.pad_token_id, tokenizer.eos_token_id
         self.weights = PreparedWeights(self.model)  # the fast path's projections, prepared once
 
@@ -114,10 +120,16 @@ class Translator:
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`)."""
+        from safetensors import SafetensorError
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+        _check_local(path_or_hub_id)
         try:
             model = AutoModelForSeq2SeqLM.from_pretrained(path_or_hub_id, revision=revision)
+        except SafetensorError as err:
+            raise AiaynError(
+                f"{path_or_hub_id}: its model.safetensors is damaged or truncated ({first_line(err)})", key="model"
+            ) from None
         except (OSError, ValueError, KeyError) as err:
             raise AiaynError(f"{path_or_hub_id}: cannot load a model ({first_line(err)})", key="model") from None
         try:
@@ -150,25 +162,25 @@ class Translator:
         ids: list[list[int] | None] = [None] * len(sentences)
         if not texts:
             return ids
-        encoded = self.tokenizer([s for _, s in texts], add_special_tokens=True, truncation=False, verbose=False)
+        cut = self.max_source_chars
+        encoded = self.tokenizer([s[:cut] for _, s in texts], add_special_tokens=True, truncation=False, verbose=False)
         limit = self.max_source_tokens
-        for (i, _), tokens in zip(texts, encoded["input_ids"]):
+        for (i, text), tokens in zip(texts, encoded["input_ids"]):
             if len(tokens) > limit:
                 where = f"{source} line {first_line + i}"
+                count = f"{len(tokens)}" if len(text) <= cut else f"more than {len(tokens)}"
                 if on_long == "error":
                     raise AiaynError(
-                        f"{where}: {len(tokens)} tokens, more than the model's limit of {limit} "
-                        "(on_long: truncate or skip)"
+                        f"{where}: {count} tokens, more than the model's limit of {limit} "
+                        "({on_long}: truncate or skip)",
+                        mentions=("on_long",),
                     )
                 if on_long == "skip":
                     logger.warning(
-                        "%s: %d tokens, more than the model's limit of %d: skipped (empty output)",
-                        where,
-                        len(tokens),
-                        limit,
+                        "%s: %s tokens, more than the model's limit of %d: skipped (empty output)", where, count, limit
                     )
                     continue
-                logger.warning("%s: %d tokens, more than the model's limit of %d: truncated", where, len(tokens), limit)
+                logger.warning("%s: %s tokens, more than the model's limit of %d: truncated", where, count, limit)
                 tokens = tokens[: limit - 1] + [self.eos_id] if tokens[-1] == self.eos_id else tokens[:limit]
             ids[i] = tokens
         return ids
@@ -328,6 +340,23 @@ def _progress_bar(total: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="sent", disable=not enabled, desc="translating", dynamic_ncols=True)
+
+
+def _check_local(path_or_hub_id: str) -> None:
+    """A model given as a local path must exist (else the Hub would say "Repo id must be in the form ...")."""
+    path = Path(path_or_hub_id).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise AiaynError(f"{path_or_hub_id}: is a file; give the model's folder", key="model")
+        return
+    first = path_or_hub_id.split("/")[0]
+    if (
+        path_or_hub_id.startswith((".", "/", "~"))
+        or path_or_hub_id.count("/") > 1
+        or "\\" in path_or_hub_id
+        or (first != path_or_hub_id and Path(first).is_dir())
+    ):
+        raise AiaynError(f"{path_or_hub_id}: no such model folder", key="model")
 
 
 __all__ = ["Translator", "check_tokenizer", "decode_lines", "make_batches", "pick_device", "pick_dtype"]

@@ -27,7 +27,8 @@ class ScoringInputs:
 
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file, read as the `sacrebleu` command reads them: split on "\\n"
-    only, trailing whitespace stripped. Raises `AiaynError` naming the file (and the line)."""
+    only, trailing whitespace stripped, a leading byte-order mark dropped. Raises `AiaynError` naming
+    the file (and the line)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -37,7 +38,7 @@ def read_lines(path: str | Path) -> list[str]:
         raise AiaynError(f"{path}: is a folder; expected a text file with one sentence per line") from None
     except PermissionError:
         raise AiaynError(f"{path}: permission denied") from None
-    raw_lines = data.split(b"\n")
+    raw_lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a byte-order mark is not text
     if raw_lines[-1] == b"":  # the newline after the last line, or an empty file
         raw_lines.pop()
     lines = []

@@ -6,19 +6,23 @@ generation_config.json (the paper's decoding), the tokenizer, the training recip
 curve and a model card (README.md) whose YAML metadata the Hub reads. `push_folder` uploads it
 through `huggingface_hub`. The token comes from `--token`, `HF_TOKEN` or the saved login, and
 is never printed: every error message is scrubbed of it.
+
+Nothing local is published: paths in the recipe and in the evaluation results (data folders,
+files, the output folder) are reduced to their last component (`without_local_paths`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from ..errors import AiaynError, first_line
+from ..files import staging_dir
 
 CITATION = """@inproceedings{vaswani2017attention,
   title     = {Attention Is All You Need},
@@ -30,6 +34,17 @@ CITATION = """@inproceedings{vaswani2017attention,
 }"""
 
 RECIPE_NAMES = ("recipe.yaml",)
+# Keys that hold a local path (the tokenizer is published beside the model; the dataset may be a Hub id).
+PATH_KEYS = {
+    "output_dir",
+    "tokenizer",
+    "data_dir",
+    "source_file",
+    "target_file",
+    "data_file",
+    "hypotheses",
+    "references",
+}
 CURVE_NAMES = ("learning_curve.png",)
 
 
@@ -67,9 +82,13 @@ def load_for_staging(model_dir: Path):
         raise AiaynError(f"{model_dir}: not a model folder (no config.json)")
     if not any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise AiaynError(f"{model_dir}: no tokenizer files (tokenizer.json); save the tokenizer beside the model")
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except SafetensorError as err:
+        raise AiaynError(f"{model_dir}: its model.safetensors is damaged or truncated ({first_line(err)})") from None
     except (OSError, ValueError) as err:
         raise AiaynError(f"{model_dir}: cannot load the model: {first_line(err)}") from None
     if not isinstance(model, AiaynForConditionalGeneration):
@@ -146,7 +165,7 @@ def model_card(model, info: CardInfo) -> str:
         "((5 + |Y|) / 6)^α (see `generation_config.json`)."
     )
     if info.recipe is not None:
-        sections.append(f"## Training recipe\n\n```yaml\n{info.recipe.read_text(encoding='utf-8').strip()}\n```")
+        sections.append(f"## Training recipe\n\n```yaml\n{public_recipe(info.recipe).strip()}\n```")
     if info.learning_curve is not None:
         sections.append(f"## Learning curve\n\n![learning curve]({info.learning_curve.name})")
     sections.append(f"## Citation\n\n```bibtex\n{CITATION}\n```")
@@ -162,8 +181,36 @@ def languages_from_recipe(recipe: Path | None) -> tuple[str | None, str | None, 
     except yaml.YAMLError as err:
         raise AiaynError(f"{recipe}: not valid YAML: {first_line(err)}") from None
     dataset = data.get("dataset")
-    datasets = [dataset] if isinstance(dataset, str) and not Path(dataset).exists() else []
+    datasets = [dataset] if isinstance(dataset, str) and not _is_local_path(dataset) else []
     return data.get("source_lang"), data.get("target_lang"), datasets
+
+
+def _is_local_path(value: str) -> bool:
+    """An absolute or explicitly relative path, or one that exists here (a Hub id `user/name` does not)."""
+    if value.startswith(("/", "~", "./", "../", ".\\", "..\\")) or value[1:3] in (":\\", ":/"):
+        return True
+    return ("/" in value or "\\" in value) and Path(value).expanduser().exists()
+
+
+def without_local_paths(data: Any, key: str = "") -> Any:
+    """`data` (parsed YAML or JSON) with every local path reduced to its last component."""
+    if isinstance(data, dict):
+        return {k: without_local_paths(v, str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [without_local_paths(v, key) for v in data]
+    if isinstance(data, str) and (key in PATH_KEYS or _is_local_path(data)):
+        return Path(data).name
+    return data
+
+
+def public_recipe(recipe: Path) -> str:
+    """The text of a saved recipe.yaml as published: its local paths reduced to their last component."""
+    try:
+        data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise AiaynError(f"{recipe}: not valid YAML: {first_line(err)}") from None
+    header = "# The training recipe (local paths reduced to their last component).\n"
+    return header + yaml.safe_dump(without_local_paths(data), sort_keys=False, default_flow_style=None)
 
 
 def stage_folder(model_dir: str | Path, output_dir: str | Path, info: CardInfo) -> list[Path]:
@@ -180,23 +227,17 @@ def stage_folder(model_dir: str | Path, output_dir: str | Path, info: CardInfo) 
     info.source_lang, info.target_lang = info.source_lang or source, info.target_lang or target
     info.datasets = info.datasets or datasets
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staging_dir(output_dir) as staging:  # removed on any error (a full disk included)
         model.save_pretrained(staging)  # weights, config.json + auto_map + code, generation_config.json
         tokenizer.save_pretrained(staging)
-        for extra in (info.recipe, info.learning_curve):
-            if extra is not None:
-                shutil.copy2(extra, staging / extra.name)
+        if info.recipe is not None:
+            (staging / info.recipe.name).write_text(public_recipe(info.recipe), encoding="utf-8")
+        if info.learning_curve is not None:
+            shutil.copy2(info.learning_curve, staging / info.learning_curve.name)
         if info.evaluation is not None:
-            (staging / "eval_results.json").write_text(json.dumps(info.evaluation, indent=2) + "\n", encoding="utf-8")
+            text = json.dumps(without_local_paths(info.evaluation), indent=2) + "\n"
+            (staging / "eval_results.json").write_text(text, encoding="utf-8")
         (staging / "README.md").write_text(model_card(model, info), encoding="utf-8")
-        if output_dir.exists():
-            output_dir.rmdir()
-        staging.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return sorted(p for p in output_dir.rglob("*") if p.is_file())
 
 
@@ -249,4 +290,4 @@ def _scrub(message: str, token: str | None) -> str:
     return message.replace(token, "***") if token else message
 
 
-__all__ = ["CardInfo", "model_card", "push_folder", "stage_folder"]
+__all__ = ["CardInfo", "model_card", "public_recipe", "push_folder", "stage_folder", "without_local_paths"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AiaynError
+from ..files import atomic_write
 
 # The recipe: `recipes/quickstart.yaml` (a model a CPU trains in a few minutes; the paper's recipe otherwise).
 RECIPE = "quickstart"
@@ -101,7 +102,7 @@ def run_quickstart(
     hypotheses = translator.translate(list(test["source"]), progress=show_progress)
     lap("translate")
     results = score(hypotheses, list(test["target"]), metrics=("sacrebleu",))
-    (output / "test.hyp.de").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    atomic_write(output / "test.hyp.de", "\n".join(hypotheses) + "\n")
     lap("evaluate")
     sacrebleu = results["scores"]["sacrebleu"]
     examples = list(zip(test["source"][:5], hypotheses[:5], test["target"][:5]))

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import AiaynError
+from ..files import staging_dir
 from .lexicon import (
     ADJECTIVES,
     BE,
@@ -349,25 +348,13 @@ def write_corpus(
     # Sentences with few possible variants (I sleep.) are drawn early; shuffle so that every split
     # has the same distribution.
     random.Random(seed + 1).shuffle(pairs)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staging_dir(output_dir) as tmp:  # fsynced, renamed; removed on any error
         start = 0
         for split, size in sizes.items():
             part = pairs[start : start + size]
             start += size
             for index, lang in enumerate(("en", "de")):
                 (tmp / f"{split}.{lang}").write_text("".join(p[index] + "\n" for p in part), encoding="utf-8")
-        if output_dir.exists():
-            old = output_dir.with_name(f".{output_dir.name}.old")
-            output_dir.rename(old)
-            tmp.rename(output_dir)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return sizes
 
 

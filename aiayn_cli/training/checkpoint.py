@@ -4,9 +4,12 @@ A checkpoint is a folder `checkpoint-<step>/` that `from_pretrained` loads as it
 
     model.safetensors, config.json, generation_config.json   the model (`save_pretrained`)
     tokenizer.json, tokenizer_config.json, ...               the tokenizer (`save_pretrained`)
-    training_state/                                          `accelerator.save_state`: optimizer,
-                                                             scheduler, RNG states of every process
+    training_state/                                          optimizer, RNG states of every process
+                                                             (safetensors + JSON: `training_state.py`)
     trainer_state.json                                       step, data position, best metric, ...
+
+Nothing in a checkpoint is a pickle, so resuming from a folder someone else prepared runs no code of
+theirs; a checkpoint holding one is refused (`load_checkpoint`).
 
 It is written as `checkpoint-<step>.tmp/` and renamed when complete (`trainer_state.json` is
 written last), so a kill at any moment leaves every earlier checkpoint whole; names with a
@@ -30,7 +33,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..errors import AiaynError
-from ..files import replace_dir
+from ..files import atomic_write, staging_dir
+from .training_state import check_no_pickles, load_training_state, save_training_state
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
@@ -80,32 +84,63 @@ def read_trainer_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
         raise AiaynError(f"{path}: not a readable checkpoint state ({err})") from None
 
 
-def save_checkpoint(accelerator, model, tokenizer, trainer_state: dict[str, Any], output_dir: Path) -> Path:
+def save_checkpoint(
+    accelerator, model, tokenizer, trainer_state: dict[str, Any], output_dir: Path, optimizer=None
+) -> Path:
     """Write `checkpoint-<step>/` atomically; every process must call this (it saves their RNG states).
 
     Args:
         accelerator (`accelerate.Accelerator`): the run's accelerator (the model and optimizer prepared).
-        model: the prepared model. tokenizer: saved beside it.
+        model: the prepared model. tokenizer: saved beside it. optimizer: the prepared optimizer
+            (None: a model-only checkpoint, not resumable).
         trainer_state (`dict`): must hold "step"; written last, as `trainer_state.json`.
     """
     final = output_dir / f"checkpoint-{trainer_state['step']}"
     tmp = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        (tmp / TRAINING_STATE_DIR).mkdir(parents=True)
     accelerator.wait_for_everyone()
-    # 1. The training state: model, optimizer, registered objects, RNG of every process.
-    accelerator.save_state(str(tmp / TRAINING_STATE_DIR))
-    # 2. The Hub-format model and tokenizer (the full state dict is gathered on every process).
-    state_dict = accelerator.get_state_dict(model)
-    if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(tmp, state_dict=state_dict)
-        tokenizer.save_pretrained(tmp)
-        _write_json(tmp / TRAINER_STATE, trainer_state)
-        # 3. The rename: before it the checkpoint does not exist, after it it is complete.
-        replace_dir(tmp, final)
+    try:
+        # 1. The training state: optimizer, RNG of every process (tensors and JSON only).
+        if optimizer is not None:
+            save_training_state(accelerator, optimizer, tmp / TRAINING_STATE_DIR)
+        # 2. The Hub-format model and tokenizer (the full state dict is gathered on every process).
+        state_dict = accelerator.get_state_dict(model)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            with staging_dir(final, name=tmp.name) as folder:  # fsynced, then renamed
+                accelerator.unwrap_model(model).save_pretrained(folder, state_dict=state_dict)
+                tokenizer.save_pretrained(folder)
+                _write_json(folder / TRAINER_STATE, trainer_state)
+            # 3. The rename (at the end of the block): before it the checkpoint does not exist, after it
+            #    it is complete.
+    except BaseException:
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk leaves nothing half-written
+        raise
     accelerator.wait_for_everyone()
     return final
+
+
+def load_checkpoint(accelerator, model, optimizer, checkpoint: Path) -> None:
+    """Restore the model, the optimizer and the RNG states from `checkpoint` (every process calls this).
+
+    Refuses, before reading anything, a checkpoint that holds a pickle or a file aiayn does not write.
+    """
+    check_no_pickles(checkpoint)
+    state = checkpoint / TRAINING_STATE_DIR
+    if not (state / "optimizer.safetensors").is_file():
+        raise AiaynError(f"{checkpoint}: no training state ({TRAINING_STATE_DIR}/optimizer.safetensors); not resumable")
+    unwrapped = accelerator.unwrap_model(model)
+    result = unwrapped.load_state_dict(load_weights(checkpoint), strict=False)
+    tied = set(getattr(unwrapped, "_tied_weights_keys", None) or ())
+    missing = [k for k in result.missing_keys if k not in tied]
+    if missing or result.unexpected_keys:
+        name = (missing or result.unexpected_keys)[0]
+        raise AiaynError(f"{checkpoint}: its weights do not fit the recipe's model (e.g. '{name}')")
+    unwrapped.tie_weights()
+    load_training_state(accelerator, optimizer, state)
 
 
 def rotate_checkpoints(output_dir: Path, keep_last: int, keep: Path | None = None) -> list[Path]:
@@ -124,9 +159,7 @@ def rotate_checkpoints(output_dir: Path, keep_last: int, keep: Path | None = Non
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,14 +172,26 @@ def load_weights(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
     folder = Path(checkpoint)
     single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
     if single.is_file():
-        return load_file(single)
+        return _load_safetensors(single)
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise AiaynError(f"{index}: not a safetensors index ({type(err).__name__}: {err})") from None
         weights: dict[str, torch.Tensor] = {}
         for shard in shards:
-            weights.update(load_file(folder / shard))
+            weights.update(_load_safetensors(folder / shard))
         return weights
     raise AiaynError(f"{folder}: no model.safetensors (not a saved model folder)")
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+
+    try:
+        return load_file(path)
+    except SafetensorError as err:
+        raise AiaynError(f"{path}: damaged or truncated ({str(err).strip().splitlines()[0]})") from None
 
 
 def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tensor]:
@@ -174,27 +219,48 @@ def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tenso
 
 
 def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.PathLike) -> Path:
-    """Average `paths` into a new Hub-format folder `output` (configs and tokenizer from the newest)."""
+    """Average `paths` into a new Hub-format folder `output` (configs and tokenizer from the newest).
+
+    Raises:
+        AiaynError: `output` is, or contains, one of `paths` or a run folder (replacing it would
+            delete the checkpoints); or a checkpoint is damaged.
+    """
     paths = [Path(p) for p in paths]
-    averaged = average_checkpoints(paths)
     output = Path(output)
-    tmp = output.with_name(output.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for item in paths[-1].iterdir():  # config.json, generation_config.json, tokenizer files, model code
-        if item.name not in _NOT_COPIED and not item.name.startswith("model-") and item.is_file():
-            shutil.copy2(item, tmp / item.name)
-    save_file(averaged, tmp / "model.safetensors", metadata={"format": "pt"})
-    _write_json(tmp / "averaged_from.json", {"checkpoints": [str(p) for p in paths]})
-    replace_dir(tmp, output)
+    check_average_output(paths, output)
+    averaged = average_checkpoints(paths)
+    with staging_dir(output) as tmp:  # removed on any error (a full disk included)
+        for item in paths[-1].iterdir():  # config.json, generation_config.json, tokenizer files, model code
+            if item.name not in _NOT_COPIED and not item.name.startswith("model-") and item.is_file():
+                shutil.copy2(item, tmp / item.name)
+        save_file(averaged, tmp / "model.safetensors", metadata={"format": "pt"})
+        _write_json(tmp / "averaged_from.json", {"checkpoints": [p.name for p in paths]})
     return output
+
+
+def check_average_output(paths: list[Path], output: Path) -> None:
+    """Refuse an output that would replace an input checkpoint, a run folder, or a folder that is not a model."""
+    target = output.resolve()
+    for path in paths:
+        source = path.resolve()
+        if target == source or target in source.parents:
+            raise AiaynError(f"-o {output}: is or contains the input checkpoint {path}; choose a new folder")
+    if output.exists():
+        if not output.is_dir():
+            raise AiaynError(f"-o {output}: is a file, not a model folder")
+        if list_checkpoints(output) or (output / "recipe.yaml").exists():
+            raise AiaynError(f"-o {output}: is a training run folder; choose a new folder (e.g. {output}/averaged)")
+        if any(output.iterdir()) and not (output / "config.json").is_file():
+            raise AiaynError(f"-o {output}: exists and is not a model folder; only a model folder is replaced")
 
 
 __all__ = [
     "average_checkpoints",
     "checkpoint_step",
     "latest_checkpoint",
+    "check_average_output",
     "list_checkpoints",
+    "load_checkpoint",
     "load_weights",
     "read_trainer_state",
     "remove_incomplete",

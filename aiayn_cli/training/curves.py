@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_open
+
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a `metrics.jsonl` file (a torn last line, from a kill, is skipped)."""
@@ -53,10 +55,11 @@ def plot_learning_curve(records: list[dict[str, Any]], output: str | os.PathLike
         fig.suptitle(title)
     fig.tight_layout()
     output = Path(output)
-    tmp = output.with_name(output.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, output)
+    try:
+        with atomic_open(output, "wb") as out:
+            fig.savefig(out, format="png", dpi=100)
+    finally:
+        plt.close(fig)
     return output
 
 

@@ -1,10 +1,23 @@
 """The training loop of `aiayn train` (phases 4 and 5 of `training.py`): steps, logs, validation,
-checkpoints, stopping, and the average of the last checkpoints at the end."""
+checkpoints, stopping, and the average of the last checkpoints at the end.
+
+SIGINT (Ctrl-C) and SIGTERM (a cluster's preemption notice) stop the run cleanly: the current step
+is finished, a checkpoint is written, and `train()` raises `Interrupted` (exit 130 / 143); a second
+signal ends the process at once. Under `accelerate launch` the processes agree on the step through
+the flags every step already shares, so they stop one step later, together.
+
+A loss that is NaN or infinite stops the run before its update is applied (not skipped and
+retried, as fairseq does for fp16 overflows: the loss scaler already handles those in the
+gradients), with a message naming the step and the last good checkpoint.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+import signal
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -12,6 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..errors import AiaynError, Interrupted
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, shift_tokens_right
 from .checkpoint import list_checkpoints, rotate_checkpoints, save_checkpoint, write_averaged_checkpoint
 from .loss import label_smoothed_cross_entropy, target_mask
@@ -26,6 +40,38 @@ def micro_batch_seed(seed: int, step: int, index: int) -> int:
     which is the position that batch has in the one-process run with the same global batch.
     """
     return ((seed * 1_000_003 + step) * 4099 + index) & (2**63 - 1)
+
+
+class StopSignals:
+    """While active (in the main thread), SIGINT and SIGTERM set `received` instead of killing the
+    process; a second one kills it at once with the signal's default action."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, step=lambda: 0):
+        self.received: int | None = None
+        self.previous: dict = {}
+        self.step = step  # the step being computed, for the message
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, number: int, frame) -> None:
+        name = signal.Signals(number).name
+        if self.received is not None:
+            os.write(2, f"\n{name} again: stopping now, without a checkpoint\n".encode())
+            signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
+            return
+        self.received = number
+        message = f"{name}: finishing step {self.step()}, then saving a checkpoint ({name} again stops at once)"
+        os.write(2, f"\n{message}\n".encode())
 
 
 class Run:
@@ -44,13 +90,14 @@ class Run:
         self.t0, self.seconds0 = time.monotonic(), state.train_seconds
         self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = self.seconds0
+        self.signals = StopSignals(step=lambda: self.state.step + 1)
 
     def elapsed(self) -> float:
         return self.seconds0 + time.monotonic() - self.t0
 
     def loop(self, show_progress: bool) -> str:
         """Train until a stopping condition; the name of that condition."""
-        recipe, state = self.recipe, self.state
+        state = self.state
         stopped_by = self._stop_reason(time_up=False, epoch_done=False)
         if stopped_by:
             return stopped_by  # a resumed run that had already finished
@@ -65,6 +112,14 @@ class Run:
             disable=not show_progress,
             dynamic_ncols=True,
         )
+        try:
+            with self.signals:
+                return self._loop()
+        finally:
+            self.bar.close()
+
+    def _loop(self) -> str:
+        recipe, state = self.recipe, self.state
         window = torch.zeros(5, dtype=torch.float64)  # loss, nll, target tokens, source tokens, steps
         window_start = time.monotonic()
         self.model.train()
@@ -84,10 +139,13 @@ class Run:
                 self._log_train(window, time.monotonic() - window_start)
                 window.zero_()
                 window_start = time.monotonic()
-            # 5b. Stop? Validate? Save?
+            # 5b. Stop? Validate? Save? (A signal: save at once, no validation.)
             stopped_by = self._stop_reason(time_up=flags[2], epoch_done=epoch_done)
             save = bool(stopped_by) or flags[0] or _every(state.step, recipe.checkpoint_every_steps)
-            if self.data.valid_loader is not None and (
+            alone = self.accelerator.num_processes == 1
+            if flags[3] or (alone and self.signals.received is not None):
+                stopped_by, save = "signal", True
+            elif self.data.valid_loader is not None and (
                 stopped_by or flags[1] or _every(state.step, recipe.valid_every_steps)
             ):
                 save |= self._validate()
@@ -97,8 +155,17 @@ class Run:
                 self._checkpoint()
             if stopped_by:
                 break
-        self.bar.close()
         return stopped_by
+
+    def interrupted(self) -> Interrupted:
+        """The error that ends a run stopped by a signal (after its checkpoint)."""
+        number = self.signals.received or signal.SIGTERM  # another process received it
+        name = signal.Signals(number).name
+        return Interrupted(
+            f"{name} at step {self.state.step}: saved {self.output / f'checkpoint-{self.state.step}'}; "
+            "the same command resumes the run",
+            number,
+        )
 
     # -- the global batches ----------------------------------------------------------------------
 
@@ -135,6 +202,7 @@ class Run:
         # DDP averages gradients over the W processes, hence the factor W.
         scale = world / max(ntokens, 1.0)
         sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+        step = self.state.step + 1
         for j, batch in enumerate(batches):
             torch.manual_seed(micro_batch_seed(recipe.seed, self.state.step, j * world + rank))
             sync = accelerator.no_sync(self.model) if j < len(batches) - 1 else nullcontext()
@@ -151,27 +219,46 @@ class Run:
                 out = label_smoothed_cross_entropy(logits, batch["labels"], recipe.label_smoothing, config.pad_token_id)
                 accelerator.backward(out.loss * scale)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
+        self._check_finite(sums, step)
         # 4d. Clip, update, schedule (§5.3).
         if recipe.clip_norm:
             accelerator.clip_grad_norm_(self.model.parameters(), recipe.clip_norm)
         self.optimizer.step()
         if not accelerator.optimizer_step_was_skipped:
             self.scheduler.step()
+            self.state.scheduler_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         step_sums = torch.cat([sums.cpu(), shared[:2].cpu()])
         return step_sums, [bool(f > 0) for f in shared[2:].tolist()]
 
+    def _check_finite(self, sums: torch.Tensor, step: int) -> None:
+        """Stop, before the update, where the loss of any process is NaN or infinite."""
+        bad = (~torch.isfinite(sums)).any().double().reshape(1)
+        if self.accelerator.num_processes > 1:
+            bad = self.accelerator.reduce(bad, reduction="sum")
+        if not bad.item():
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        checkpoints = list_checkpoints(self.output)
+        kept = f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written yet"
+        raise AiaynError(
+            f"step {step}: the loss is not finite ({float(sums[0])}); stopped before applying this update, {kept}; "
+            "resume from it with a lower lr, a clip_norm, or mixed_precision: no"
+        )
+
     def _clock_flags(self) -> list[float]:
-        """[checkpoint due, validation due, time up] by the main process's clock (0 elsewhere)."""
+        """[checkpoint due, validation due, time up] by the main process's clock (0 elsewhere), and
+        [signal received] by each process's."""
+        signalled = float(self.signals.received is not None)
         if not self.accelerator.is_main_process:
-            return [0.0, 0.0, 0.0]
+            return [0.0, 0.0, 0.0, signalled]
         recipe, now = self.recipe, self.elapsed()
         checkpoint = (
             recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
         )
         valid = recipe.valid_every_minutes and now - self.last_valid >= recipe.valid_every_minutes * 60
         time_up = self.max_seconds is not None and now >= self.max_seconds
-        return [float(bool(checkpoint)), float(bool(valid)), float(time_up)]
+        return [float(bool(checkpoint)), float(bool(valid)), float(time_up), signalled]
 
     def _stop_reason(self, time_up: bool, epoch_done: bool) -> str:
         recipe, state = self.recipe, self.state
@@ -255,7 +342,9 @@ class Run:
     def _checkpoint(self) -> None:
         self.state.train_seconds = self.elapsed()
         self.state.cpu_seconds = self.cpu_seconds0 + time.process_time() - self.cpu0
-        save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output)
+        save_checkpoint(
+            self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output, optimizer=self.optimizer
+        )
         if self.accelerator.is_main_process:
             best = self.output / f"checkpoint-{self.state.best_step}" if self.state.best_step else None
             rotate_checkpoints(self.output, self.recipe.keep_last, keep=best)

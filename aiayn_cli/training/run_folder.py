@@ -1,6 +1,7 @@
 """The output folder of a training run: what it holds, whether a new run may use it, where to resume.
 
 OUTPUT/
+    .aiayn-run.lock        held (flock) by the run that uses the folder, naming its process
     recipe.yaml            the resolved recipe (written before the first step)
     metrics.jsonl          one JSON record per log line and per validation
     logs/                  accelerate's trackers (TensorBoard, ...)
@@ -11,18 +12,24 @@ OUTPUT/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import AiaynError
+from ..files import atomic_write
 from .checkpoint import latest_checkpoint, read_trainer_state
 from .recipe import TrainRecipe, load_recipe, recipe_differences
+from .training_state import check_no_pickles
 
 RECIPE_FILE = "recipe.yaml"
 METRICS_FILE = "metrics.jsonl"
+LOCK_FILE = ".aiayn-run.lock"
 
 
 @dataclass
@@ -50,6 +57,10 @@ class TrainState:
     last_valid: dict[str, float] = field(default_factory=dict)
     num_processes: int = 1
     tokenizer_hash: str = ""
+    data_fingerprint: str = ""
+    """The training data's fingerprint (from the files' contents and the tokenizer)."""
+    scheduler_steps: int = 0
+    """Updates applied (an fp16 update skipped for overflow is not): the schedule is rebuilt from it."""
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Path) -> TrainState:
@@ -73,18 +84,23 @@ def prepare_output_dir(recipe: TrainRecipe, resume: str | os.PathLike | None = N
             is not a complete checkpoint of this run.
     """
     output = Path(recipe.output_dir)
+    if output.exists() and not output.is_dir():
+        raise AiaynError(f"--output-dir {output}: is a file, not a folder")
     _check_same_run(output, recipe, "output folder", "choose another --output-dir")
-    if not (output / RECIPE_FILE).is_file() and output.is_dir() and any(output.iterdir()):
+    if not (output / RECIPE_FILE).is_file() and output.is_dir() and any(p.name != LOCK_FILE for p in output.iterdir()):
         raise AiaynError(
             f"output folder {output} is not empty and holds no aiayn run ({RECIPE_FILE} is missing); "
             "choose a new or empty --output-dir"
         )
     if resume is None:
-        return latest_checkpoint(output)
-    checkpoint = Path(resume)
-    if not (checkpoint / "trainer_state.json").is_file():
-        raise AiaynError(f"--resume {resume}: not a complete checkpoint (no trainer_state.json)")
-    _check_same_run(checkpoint.parent, recipe, "--resume: the run of", "resume with its own recipe")
+        checkpoint = latest_checkpoint(output)
+    else:
+        checkpoint = Path(resume)
+        if not (checkpoint / "trainer_state.json").is_file():
+            raise AiaynError(f"--resume {resume}: not a complete checkpoint (no trainer_state.json)")
+        _check_same_run(checkpoint.parent, recipe, "--resume: the run of", "resume with its own recipe")
+    if checkpoint is not None:
+        check_no_pickles(checkpoint)  # before anything is loaded
     return checkpoint
 
 
@@ -102,8 +118,61 @@ def _check_same_run(folder: Path, recipe: TrainRecipe, what: str, advice: str) -
         raise AiaynError(f"{what} {folder} holds a different run ({shown}); {advice}")
 
 
-def check_resumable(state: TrainState, checkpoint: Path, num_processes: int, tokenizer_hash: str) -> None:
-    """The data position is per process, and the vocabulary must be the one trained with."""
+@contextlib.contextmanager
+def locked_run_folder(output: Path) -> Iterator[None]:
+    """Hold an exclusive lock (`flock`) on `output` for the whole run; another run into it is refused.
+
+    The lock goes with the process: a killed run leaves no stale lock. Under `accelerate launch`
+    the process of rank 0 holds it for all.
+    """
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise AiaynError(f"--output-dir {output}: is a file, not a folder")
+    try:
+        import fcntl
+    except ImportError:  # no flock on this system: unlocked, as before
+        yield
+        return
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    created = not output.exists()
+    output.mkdir(parents=True, exist_ok=True)
+    fd = os.open(output / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    locked = False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise AiaynError(
+                f"--output-dir {output}: in use by another run ({holder}); wait for it to end or choose "
+                "another --output-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        locked = True
+        os.pwrite(fd, f"aiayn train, process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+    except BaseException:
+        if locked and created and os.listdir(output) == [LOCK_FILE]:  # a run that failed before writing anything
+            with contextlib.suppress(OSError):
+                (output / LOCK_FILE).unlink()
+                output.rmdir()
+        raise
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def check_resumable(
+    state: TrainState,
+    checkpoint: Path,
+    num_processes: int,
+    tokenizer_hash: str,
+    data_fingerprint: str = "",
+    accept_new_data: bool = False,
+) -> None:
+    """The data position is per process, the vocabulary must be the one trained with, and the data the
+    one the position counts in (unless `accept_new_data`)."""
     if state.num_processes != num_processes:
         raise AiaynError(
             f"{checkpoint} was written by {state.num_processes} process(es); resume it with the same "
@@ -114,6 +183,13 @@ def check_resumable(state: TrainState, checkpoint: Path, num_processes: int, tok
             f"{checkpoint} was trained with another tokenizer than the one given; use the run's own "
             f"tokenizer (it is saved in the checkpoint folder)"
         )
+    if state.data_fingerprint and data_fingerprint and state.data_fingerprint != data_fingerprint:
+        if not accept_new_data:
+            raise AiaynError(
+                f"{checkpoint} was trained on other data (the training files changed since: fingerprint "
+                f"{state.data_fingerprint[:12]}, now {data_fingerprint[:12]}); resume over the new data on "
+                "purpose with --accept-new-data, or start a new run in another --output-dir"
+            )
 
 
 class MetricsLog:
@@ -134,9 +210,7 @@ class MetricsLog:
                         kept.append(line)
                 except json.JSONDecodeError:
                     continue  # a line torn by a kill
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-            os.replace(tmp, self.path)
+            atomic_write(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict[str, Any]) -> None:
         if self.enabled:
@@ -144,4 +218,13 @@ class MetricsLog:
                 f.write(json.dumps(record) + "\n")
 
 
-__all__ = ["METRICS_FILE", "MetricsLog", "RECIPE_FILE", "TrainState", "check_resumable", "prepare_output_dir"]
+__all__ = [
+    "LOCK_FILE",
+    "METRICS_FILE",
+    "MetricsLog",
+    "RECIPE_FILE",
+    "TrainState",
+    "check_resumable",
+    "locked_run_folder",
+    "prepare_output_dir",
+]

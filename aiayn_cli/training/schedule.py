@@ -57,8 +57,12 @@ def build_scheduler(
     lr_scale: float = 1.0,
     peak_lr: float = 5e-4,
     warmup_init_lr: float = 0.0,
+    done_steps: int = 0,
 ) -> LambdaLR:
     """A `LambdaLR` giving the learning rate of each update; the optimizer's `lr` must be 1.0.
+
+    The schedule is a function of the update count only, so a resumed run rebuilds it from
+    `done_steps` (the updates already applied) instead of loading a saved state.
 
     Args:
         schedule: "noam" (equation (3), the paper) or "inverse_sqrt" (fairseq).
@@ -76,7 +80,13 @@ def build_scheduler(
         )
     else:
         raise ValueError(f"unknown lr schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
-    return LambdaLR(optimizer, fn)
+    scheduler = LambdaLR(optimizer, fn)
+    if done_steps:
+        scheduler.last_epoch = done_steps
+        scheduler._last_lr = [base * fn(done_steps) for base in scheduler.base_lrs]
+        for group, lr in zip(optimizer.param_groups, scheduler._last_lr):
+            group["lr"] = lr
+    return scheduler
 
 
 __all__ = ["SCHEDULES", "build_scheduler", "inverse_sqrt_lrate", "noam_lrate"]

@@ -16,8 +16,9 @@ for it explicitly. The loop, phase by phase:
    minutes, and at every new best), logs, until max_steps / max_epochs / max_time / early stop;
 6. at the end: a last checkpoint, the average of the last checkpoints (§6.1), the learning curve.
 
-Exact resume: a checkpoint holds the model, Adam, the schedule, the RNG states (accelerate's
-`save_state`), the step and the data position (epoch, batch). Dropout does not depend on the
+Exact resume: a checkpoint holds the model, Adam, the RNG states (safetensors and JSON, never a
+pickle: `training_state.py`), the step (the schedule is rebuilt from it) and the data position
+(epoch, batch), with the data's fingerprint (resuming over other data is refused). Dropout does not depend on the
 RNG's history either: before each batch the RNG is seeded from (seed, step, the batch's index in
 the global batch), as fairseq seeds from (seed, step). So a resumed run, and a run with the same
 global batch spread over another number of processes, draws the same dropout masks.
@@ -40,11 +41,18 @@ from ..data.corpus import load_split
 from ..data.vocabulary import SPECIAL_IDS, check_tokenizer
 from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from .checkpoint import TRAINING_STATE_DIR, list_checkpoints, remove_incomplete
+from .checkpoint import list_checkpoints, load_checkpoint, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
 from .loop import Run, micro_batch_seed
 from .recipe import TrainRecipe, save_recipe
-from .run_folder import RECIPE_FILE, MetricsLog, TrainState, check_resumable, prepare_output_dir
+from .run_folder import (
+    RECIPE_FILE,
+    MetricsLog,
+    TrainState,
+    check_resumable,
+    locked_run_folder,
+    prepare_output_dir,
+)
 from .schedule import build_scheduler
 
 
@@ -68,13 +76,26 @@ class TrainResult:
     is_main_process: bool = True  # under `accelerate launch`, only the main process reports
 
 
-def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: bool = True) -> TrainResult:
-    """Train a model as `recipe` says.
+def train(
+    recipe: TrainRecipe, resume: str | Path | None = None, show_progress: bool = True, accept_new_data: bool = False
+) -> TrainResult:
+    """Train a model as `recipe` says, holding the output folder's lock for the whole run.
 
     Args:
         resume: a checkpoint folder to continue from; None: the newest checkpoint in the output
             folder if it holds this run (so that re-running a killed command continues it), else a new run.
+        accept_new_data: resume even where the training data is not the data the checkpoint was
+            trained on (its fingerprint differs).
+
+    Raises:
+        AiaynError: a user mistake, another run in the output folder, a non-finite loss.
+        Interrupted: SIGINT or SIGTERM; a checkpoint of the step reached was written.
     """
+    with locked_run_folder(Path(recipe.output_dir)):
+        return _train(recipe, resume, show_progress, accept_new_data)
+
+
+def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bool) -> TrainResult:
     # 1. The output folder (a new run, or the checkpoint to resume), the tokenizer against the model:
     #    user mistakes surface before anything heavy starts. Then the accelerator.
     output = Path(recipe.output_dir)
@@ -89,6 +110,18 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
     data = load_data(recipe, tokenizer, accelerator)
+    state = TrainState(
+        num_processes=accelerator.num_processes,
+        tokenizer_hash=tokenizer_hash(tokenizer),
+        data_fingerprint=getattr(data.train, "_fingerprint", "") or "",
+    )
+    if checkpoint is not None:
+        saved = TrainState.from_checkpoint(checkpoint)
+        check_resumable(
+            saved, checkpoint, state.num_processes, state.tokenizer_hash, state.data_fingerprint, accept_new_data
+        )
+        saved.data_fingerprint = state.data_fingerprint  # the data trained on from here on
+        state = saved
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
     optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
@@ -110,16 +143,13 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
         lr_scale=recipe.lr_scale,
         peak_lr=recipe.lr,
         warmup_init_lr=recipe.warmup_init_lr,
+        done_steps=state.scheduler_steps,  # a function of the step: rebuilt, never unpickled
     )
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)  # stepped by us: once per optimizer update
 
     # 4. Resume, or start: the training state and the run's files.
-    state = TrainState(num_processes=accelerator.num_processes, tokenizer_hash=tokenizer_hash(tokenizer))
     if checkpoint is not None:
-        state = TrainState.from_checkpoint(checkpoint)
-        check_resumable(state, checkpoint, accelerator.num_processes, tokenizer_hash(tokenizer))
-        accelerator.load_state(str(checkpoint / TRAINING_STATE_DIR))
+        load_checkpoint(accelerator, model, optimizer, checkpoint)  # refuses a checkpoint holding a pickle
         _echo(accelerator, f"resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
     if main:
         output.mkdir(parents=True, exist_ok=True)
@@ -132,6 +162,9 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
 
     run = Run(recipe, accelerator, model, forward_model, optimizer, scheduler, tokenizer, data, state, metrics)
     stopped_by = run.loop(show_progress and main)
+    if stopped_by == "signal":  # its checkpoint is written: no average, no curve
+        accelerator.end_training()
+        raise run.interrupted()
 
     # 6. The end: the last checkpoint, the average of the last ones (§6.1), the learning curve.
     averaged, averaged_valid = None, {}

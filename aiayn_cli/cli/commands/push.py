@@ -35,7 +35,9 @@ def push(
         typer.Option(
             "--token",
             metavar="TOKEN",
-            help="A write token (default: $HF_TOKEN or the saved login). Never printed.",
+            help="A write token (default: $HF_TOKEN or the saved login). Never printed, but a token on the "
+            "command line is visible to other users in process listings (ps) and in the shell's history: prefer "
+            "HF_TOKEN or `hf auth login`.",
             show_default=False,
         ),
     ] = None,

@@ -4,6 +4,9 @@ aiayn train multi30k_en_de --data-dir ../shared/data/multi30k     # a shipped re
 aiayn train my_recipe.yaml                                        # or a file
 accelerate launch -m aiayn_cli train multi30k_en_de               # several GPUs / machines
 aiayn train multi30k_en_de                                        # again, after a kill: resumes
+
+Ctrl-C or SIGTERM: the current step is finished and a checkpoint written (exit 130 / 143); a
+second one stops at once. The output folder is locked while a run uses it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,14 @@ def train(
             help="Continue from this checkpoint. Default: the newest checkpoint in --output-dir if it holds this run.",
         ),
     ] = None,
+    accept_new_data: Annotated[
+        bool,
+        typer.Option(
+            "--accept-new-data",
+            rich_help_panel=PANEL_RUN,
+            help="Resume even though the training data changed since the checkpoint (it is refused otherwise).",
+        ),
+    ] = False,
     preset: Annotated[
         str | None,
         typer.Option("--preset", rich_help_panel=PANEL_RUN, help="Model size: base, big (Table 3), small, tiny."),
@@ -145,7 +156,7 @@ def train(
         raise AiaynError("give a recipe (a YAML file, or a name that `aiayn recipes` lists) or the keys as flags")
     resolved = load_recipe(find_recipe(recipe) if recipe is not None else None, overrides)
     quiet_libraries()
-    result = run_training(resolved, resume=resume, show_progress=progress)
+    result = run_training(resolved, resume=resume, show_progress=progress, accept_new_data=accept_new_data)
     _report(result)
 
 

@@ -184,6 +184,7 @@ def translate(
 
     from ...decoding.translator import Translator, decode_lines
 
+    check_paths(input, output)
     if threads is not None:
         torch.set_num_threads(threads)
     translator = Translator.from_pretrained(model, device=device, dtype=dtype)
@@ -208,8 +209,6 @@ def translate(
             results = translator.translate_nbest(list(sentences), source="argument", **options)
             _write(results, nbest, output)
         elif input is not None and str(input) != "-":
-            if not input.is_file():
-                raise AiaynError(f"--input {input}: no such file")
             with open(input, "rb") as raw:
                 lines = list(decode_lines(raw, source=str(input)))
             results = translator.translate_nbest(lines, source=str(input), progress=progress is not False, **options)
@@ -228,17 +227,31 @@ def translate(
         os._exit(0)
 
 
+def check_paths(input: Path | None, output: Path | None) -> None:
+    """Before the model is loaded: the input is a file, and the output is not the input (through links too)."""
+    if input is not None and str(input) != "-":
+        if input.is_dir():
+            raise AiaynError(f"--input {input}: is a folder; give a file with one sentence per line")
+        if not input.is_file():
+            raise AiaynError(f"--input {input}: no such file")
+    if output is None:
+        return
+    if output.is_dir():
+        raise AiaynError(f"--output {output}: is a folder")
+    if not output.parent.is_dir():
+        raise AiaynError(f"--output {output}: the folder {output.parent} does not exist")
+    if not os.access(output.parent, os.W_OK):  # a read-only folder or file system: say so before translating
+        raise AiaynError(f"--output {output}: the folder {output.parent} is not writable")
+    if input is not None and str(input) != "-" and output.exists() and os.path.samefile(input, output):
+        raise AiaynError(f"--output {output}: is the input file {input}; write the translations elsewhere")
+
+
 def _write(results: Iterable[list[tuple[str, float]]], nbest: int, output: Path | None) -> None:
     """Write each result as it comes: one line per input, or `nbest` 'INDEX ||| TEXT ||| SCORE' lines."""
     if output is None:
         _write_to(sys.stdout.buffer, results, nbest, flush=True)
         return
-    output = Path(output)
-    if output.is_dir():
-        raise AiaynError(f"--output {output}: is a folder")
-    if not output.parent.is_dir():
-        raise AiaynError(f"--output {output}: the folder {output.parent} does not exist")
-    with atomic_open(output, "wb") as out:
+    with atomic_open(output, "wb") as out:  # a link given as --output stays a link
         _write_to(out, results, nbest, flush=False)
 
 

@@ -1,0 +1,293 @@
+"""What a careless user (or an attacker) does to the CLI: each gets one `error:` line and exit 2, and
+nothing is lost or half-written (issue 11's table, the training rows aside: `test_run_safety.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, cli_env, save_tiny_model
+from test_train_errors import aiayn, one_error_line
+
+TINY = REPO_ROOT / "recipes" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def damaged(tmp_path: Path, tiny: Path, how: str) -> Path:
+    model = tmp_path / f"{how}-model"
+    shutil.copytree(tiny, model)
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] if how == "truncated" else os.urandom(len(data)))
+    return model
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_a_damaged_model_is_one_line_everywhere(monkeypatch, capsys, tmp_path, tiny, how):
+    model = damaged(tmp_path, tiny, how)
+    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", model, "w5 w6")[::2])
+    assert str(model) in line and "damaged or truncated" in line
+    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tiny, model, "-o", tmp_path / "avg")[::2])
+    assert str(model / "model.safetensors") in line and "damaged or truncated" in line
+    hub = tmp_path / "hub"
+    line = one_error_line(
+        *aiayn(monkeypatch, capsys, "push", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub)[::2]
+    )
+    assert str(model) in line and "damaged or truncated" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == [model.name]  # no avg, no hub, no temporary
+
+
+def _fake_run(run: Path, tiny: Path) -> Path:
+    for step in (10, 20, 30):
+        shutil.copytree(tiny, run / f"checkpoint-{step}")
+        (run / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"step": step}))
+    (run / "recipe.yaml").write_text("output_dir: run\n")
+    (run / "metrics.jsonl").write_text('{"step": 10}\n')
+    return run
+
+
+def test_average_never_replaces_its_inputs_or_a_run(monkeypatch, capsys, tmp_path, tiny):
+    run = _fake_run(tmp_path / "run", tiny)
+    before = snapshot(run)
+    other = tmp_path / "documents"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    refused = {
+        "is or contains the input checkpoint": [run, "--last", "2", "-o", run],  # the issue's command
+        "is or contains the input": [run / "checkpoint-20", run / "checkpoint-30", "-o", run / "checkpoint-30"],
+        "contains the input": [run, "--last", "2", "-o", tmp_path],
+        "is a training run folder": [tmp_path / "run" / "checkpoint-10", "-o", _fake_run(tmp_path / "run2", tiny)],
+        "is not a model folder": [run, "--last", "2", "-o", other],
+    }
+    for expected, args in refused.items():
+        line = one_error_line(*aiayn(monkeypatch, capsys, "average", *args, "--overwrite")[::2])
+        assert expected in line, line
+    assert snapshot(run) == before and (other / "notes.txt").read_text() == "mine\n"
+    # a model folder is still replaced with --overwrite, and the inputs are named, not their paths
+    code, _, err = aiayn(monkeypatch, capsys, "average", run, "--last", "2", "-o", run / "averaged")
+    assert code == 0, err
+    code, _, err = aiayn(monkeypatch, capsys, "average", run, "--last", "3", "-o", run / "averaged", "--overwrite")
+    assert code == 0, err
+    assert json.loads((run / "averaged" / "averaged_from.json").read_text())["checkpoints"] == [
+        "checkpoint-10",
+        "checkpoint-20",
+        "checkpoint-30",
+    ]
+
+
+def test_translate_never_writes_over_its_input(monkeypatch, capsys, tmp_path, tiny):
+    source = tmp_path / "x.txt"
+    source.write_text("w5 w6\n")
+    symlink, hardlink = tmp_path / "link.txt", tmp_path / "hard.txt"
+    symlink.symlink_to(source)
+    os.link(source, hardlink)
+    for output in (source, symlink, hardlink):
+        line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", source, "-o", output)[::2])
+        assert "is the input file" in line
+    assert source.read_text() == "w5 w6\n" and symlink.is_symlink()
+    # an output given as a link stays a link; the file it points to gets the translation
+    target, output = tmp_path / "target.txt", tmp_path / "out.txt"
+    target.write_text("")
+    output.symlink_to(target)
+    code, _, err = aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", source, "-o", output, "--beam", "1")
+    assert code == 0, err
+    assert output.is_symlink() and len(target.read_text().splitlines()) == 1
+
+
+def test_translate_names_a_folder_input_and_a_missing_model_folder(monkeypatch, capsys, tmp_path, tiny):
+    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", tmp_path)[::2])
+    assert f"--input {tmp_path}: is a folder" in line
+    missing = tmp_path / "runs" / "no-model"
+    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", missing, "w5")[::2])
+    assert line == f"error: --model {missing}: no such model folder"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", "runs/no-model", "w5")[::2])
+    assert line == "error: --model runs/no-model: no such model folder"
+
+
+def test_translating_one_10_mb_line_stays_under_1_gb(tmp_path, tiny):
+    """The line is cut before it is tokenized: memory is bounded by the model's limit, not the line."""
+    source = tmp_path / "long.txt"
+    source.write_text("w5 w6 w7 " * (10_000_000 // 9) + "\n")
+    script = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
+        "print(done.returncode, peak, repr(done.stderr[-300:]))\n"
+    )
+    command = [sys.executable, "-m", "aiayn_cli", "translate", "-m", str(tiny), "-i", str(source), "--beam", "1"]
+    command += ["-o", str(tmp_path / "out.txt"), "--no-progress", "--max-len-a", "0", "--max-len-b", "2"]
+    result = subprocess.run([sys.executable, "-c", script, *command], capture_output=True, text=True, env=cli_env())
+    code, peak, stderr = result.stdout.split(" ", 2)
+    print(f"peak memory translating a 10 MB line: {int(peak) / 2**30:.2f} GiB")
+    assert code == "0", stderr
+    assert re.search(r"line 1: more than \d+ tokens, more than the model's limit of \d+: truncated", stderr), stderr
+    assert int(peak) < 2**30
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 1
+
+
+def test_train_into_a_file_is_refused_before_the_data_is_read(monkeypatch, capsys, tmp_path):
+    import aiayn_cli.training.trainer as trainer
+
+    monkeypatch.setattr(trainer, "load_data", lambda *a: pytest.fail("the data was loaded"))
+    output = tmp_path / "file"
+    output.write_text("mine\n")
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--output-dir", output)[::2])
+    assert line == f"error: --output-dir {output}: is a file, not a folder"
+    assert output.read_text() == "mine\n"
+
+
+def test_a_run_folder_in_use_is_refused_naming_the_process(monkeypatch, capsys, tmp_path):
+    from aiayn_cli.training.run_folder import LOCK_FILE, locked_run_folder
+
+    output = tmp_path / "run"
+    with locked_run_folder(output):
+        line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--output-dir", output)[::2])
+    assert f"--output-dir {output}: in use by another run (aiayn train, process {os.getpid()} on " in line
+    assert [p.name for p in output.iterdir()] == [LOCK_FILE]
+    with locked_run_folder(output):  # released when the run ends
+        pass
+    new = tmp_path / "new-run"  # a run that fails before writing anything leaves no folder behind
+    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--output-dir", new, "--tokenizer", new)[::2])
+    assert "cannot load the tokenizer" in line and not new.exists()
+
+
+def test_evaluate_drops_a_byte_order_mark(monkeypatch, capsys, tmp_path):
+    hypotheses, references = tmp_path / "hyp.de", tmp_path / "ref.de"
+    hypotheses.write_bytes("\ufeffEin Hund rennt im Park.\n".encode())
+    references.write_text("Ein Hund rennt im Park.\n")
+    path = tmp_path / "scores.json"
+    code, _, err = aiayn(
+        monkeypatch, capsys, "evaluate", "-i", hypotheses, "-r", references, "--metrics", "chrf", "--json", path
+    )
+    assert code == 0, err
+    assert json.loads(path.read_text())["scores"]["chrf"]["score"] == 100.0
+
+
+def test_push_publishes_no_local_path_and_warns_about_token(monkeypatch, capsys, tmp_path, tiny):
+    run = tmp_path / "run"
+    model = run / "averaged"
+    shutil.copytree(tiny, model)
+    recipe = {
+        "model": {"preset": "tiny"},
+        "data": {"data_dir": str(tmp_path / "data"), "source_lang": "en", "target_lang": "de", "dataset": None},
+        "tokenizer": str(tmp_path / "tok"),
+        "output_dir": str(run),
+    }
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    evaluation = {"inputs": {"hypotheses": str(tmp_path / "hyp.de"), "references": [str(tmp_path / "ref.de")]}}
+    (tmp_path / "eval.json").write_text(json.dumps({**evaluation, "scores": {"chrf": {"score": 50.0}}}))
+    hub = tmp_path / "hub"
+    code, _, err = aiayn(
+        monkeypatch, capsys, "push", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub,
+        "--eval-json", tmp_path / "eval.json",
+    )  # fmt: skip
+    assert code == 0, err
+    published = {name: data.decode("utf-8", "replace") for name, data in snapshot(hub).items()}
+    assert "recipe.yaml" in published and "eval_results.json" in published
+    assert [name for name, text in published.items() if str(tmp_path) in text] == []
+    assert yaml.safe_load(published["recipe.yaml"])["data"]["data_dir"] == "data"
+    code, out, _ = aiayn(monkeypatch, capsys, "push", "--help")
+    assert "process listings" in " ".join(out.replace("│", " ").split())
+
+
+FULL_DISK_COMMANDS = {
+    "translate -o": lambda c: [
+        "translate",
+        "-m",
+        c["tiny"],
+        "-i",
+        c["text"],
+        "-o",
+        c["dir"] / "hyp.txt",
+        "--beam",
+        "1",
+    ],
+    "evaluate --json": lambda c: ["evaluate", "-i", c["text"], "-r", c["text"], "--json", c["dir"] / "s.json"],
+    "train-tokenizer -o": lambda c: [
+        *("train-tokenizer", "--source-file", c["text"], "--target-file", c["text"]),
+        *("--vocab-size", "300", "-o", c["dir"] / "tok"),
+    ],
+    "average -o": lambda c: ["average", c["tiny"], c["tiny"], "-o", c["dir"] / "avg"],
+    "push": lambda c: ["push", c["tiny"], "--repo-id", "u/m", "--dry-run", "--output-dir", c["dir"] / "hub"],
+}
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs, filled up (skipped where it cannot be mounted: mounting needs root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the full-disk tests need root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def _fill(folder: Path) -> None:
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for chunk in (65536, 4096, 1):
+            while True:
+                try:
+                    os.write(fd, b"\0" * chunk)
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("command", list(FULL_DISK_COMMANDS))
+def test_a_full_disk_is_one_line_and_leaves_nothing(monkeypatch, capsys, tmp_path, tiny, small_tmpfs, command):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"w{i % 60 + 4} w{i % 7 + 4}\n" for i in range(40)))
+    _fill(small_tmpfs)
+    ctx = {"tiny": tiny, "text": text, "dir": small_tmpfs}
+    code, _, err = aiayn(monkeypatch, capsys, *FULL_DISK_COMMANDS[command](ctx))
+    lines = err.strip().splitlines()  # train-tokenizer reports the data it read first
+    assert code == 2 and "Traceback" not in err and [x for x in lines if x.startswith("error")] == lines[-1:], err
+    line = lines[-1]
+    assert line.endswith(": No space left on device") and str(small_tmpfs) in line, line
+    assert [p.name for p in small_tmpfs.iterdir()] == ["filler"]
+
+
+def test_a_read_only_folder_is_refused_before_translating(monkeypatch, capsys, tmp_path, tiny, small_tmpfs):
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    source = tmp_path / "x.txt"
+    source.write_text("w5 w6\n")
+    args = ["translate", "-m", tiny, "-i", source, "-o", small_tmpfs / "hyp.txt", "--beam", "1"]
+    line = one_error_line(*aiayn(monkeypatch, capsys, *args)[::2])  # one line: no progress bar before it
+    assert line == f"error: --output {small_tmpfs / 'hyp.txt'}: the folder {small_tmpfs} is not writable"
+
+
+def test_debug_shows_the_traceback_of_a_full_disk(monkeypatch, capsys, tmp_path, tiny, small_tmpfs):
+    from aiayn_cli.cli import main
+
+    source = tmp_path / "x.txt"
+    source.write_text("w5 w6\n")
+    _fill(small_tmpfs)
+    monkeypatch.setenv("AIAYN_DEBUG", "0")  # --debug sets it; restored after the test
+    args = ["translate", "-m", tiny, "-i", source, "-o", small_tmpfs / "hyp.txt", "--beam", "1"]
+    monkeypatch.setattr(sys, "argv", ["aiayn", "--debug", *map(str, args)])
+    with pytest.raises(OSError, match="No space left on device"):
+        main()
+    assert [p.name for p in small_tmpfs.iterdir()] == ["filler"]

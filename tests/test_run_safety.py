@@ -1,0 +1,190 @@
+"""A run that cannot be lost or hijacked: no pickle is ever loaded from a checkpoint, one run per
+output folder, a signal saves a checkpoint that resumes exactly, other data or a non-finite loss
+stop the run in one line."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO_ROOT, run_cli
+from test_train_errors import aiayn, one_error_line
+from test_training import (  # noqa: F401  (fixtures)
+    RESUME_FLAGS,
+    _start,
+    max_difference,
+    task,
+    train_args,
+    uninterrupted,
+    weights,
+    write_dictionary_task,
+)
+
+TINY = REPO_ROOT / "recipes" / "tiny.yaml"
+
+
+class _WritesAFile:
+    """Unpickling this object opens (creates) `path`: what a crafted checkpoint would do, harmlessly."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def _fake_checkpoint(folder: Path) -> Path:
+    (folder / "training_state").mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"step": 10}))
+    return folder
+
+
+@pytest.mark.parametrize("name", ["training_state/custom_checkpoint_0.pkl", "training_state/rng-0.json"])
+def test_a_checkpoint_holding_a_pickle_is_refused_and_never_loaded(monkeypatch, capsys, tmp_path, name):
+    marker = tmp_path / "written-by-the-pickle"
+    checkpoint = _fake_checkpoint(tmp_path / "elsewhere" / "checkpoint-10")
+    (checkpoint / name).write_bytes(pickle.dumps(_WritesAFile(marker)))
+    args = ["train", TINY, "--output-dir", tmp_path / "run", "--resume", checkpoint]
+    line = one_error_line(*aiayn(monkeypatch, capsys, *args)[::2])
+    assert line.startswith(f"error: {checkpoint / name}: a pickle in a checkpoint") and "refused" in line
+    assert not marker.exists()
+    pickle.loads((checkpoint / name).read_bytes())  # the payload does write the file when unpickled
+    assert marker.exists()
+
+
+def _quick_args(data: Path, tokenizer: Path, output: Path, steps: int, *extra: str) -> list:
+    flags = ["checkpoint_every_steps=2", "valid_bleu_samples=0", "best_metric=loss", "average_last=null", "trackers=[]"]
+    return [
+        *("train", TINY, "--data-dir", data, "--tokenizer", tokenizer, "--output-dir", output),
+        *("--max-steps", str(steps), "--no-progress", *[x for flag in flags for x in ("--set", flag)], *extra),
+    ]
+
+
+def _last_error_line(code: int, err: str) -> str:
+    """The run's own lines (the data report) may come first; one error line, last, no traceback."""
+    lines = err.strip().splitlines()
+    assert code == 2 and "Traceback" not in err and [x for x in lines if x.startswith("error")] == lines[-1:], err
+    return lines[-1]
+
+
+def test_resuming_over_other_training_data_is_refused(monkeypatch, capsys, task, tmp_path):
+    data = shutil.copytree(task["data"], tmp_path / "data")
+    out = tmp_path / "run"
+    code, _, err = aiayn(monkeypatch, capsys, *_quick_args(data, task["tokenizer"], out, 4))
+    assert code == 0, err
+    write_dictionary_task(data, n_train=300, seed=7)  # the same paths, other sentences
+    before = sorted(p.name for p in out.iterdir())
+    line = _last_error_line(*aiayn(monkeypatch, capsys, *_quick_args(data, task["tokenizer"], out, 6))[::2])
+    assert f"{out / 'checkpoint-4'} was trained on other data" in line and "--accept-new-data" in line
+    assert sorted(p.name for p in out.iterdir()) == before
+    args = _quick_args(data, task["tokenizer"], out, 6, "--accept-new-data")
+    code, stdout, err = aiayn(monkeypatch, capsys, *args)
+    assert code == 0 and f"resuming from {out / 'checkpoint-4'}" in err and "trained 6 steps" in stdout, err
+    assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["scheduler_steps"] == 6
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(monkeypatch, capsys, task, tmp_path):
+    import aiayn_cli.training.loop as loop
+
+    real, calls = loop.label_smoothed_cross_entropy, []
+
+    def poisoned(logits, *args, **kwargs):
+        calls.append(1)
+        return real(logits * float("nan") if len(calls) == 3 else logits, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "label_smoothed_cross_entropy", poisoned)
+    out = tmp_path / "run"
+    line = _last_error_line(*aiayn(monkeypatch, capsys, *_quick_args(task["data"], task["tokenizer"], out, 6))[::2])
+    assert line.startswith("error: step 3: the loss is not finite (nan); stopped before applying this update")
+    assert f"the last good checkpoint is {out / 'checkpoint-2'}" in line
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert all(torch.isfinite(t).all() for t in weights(out / "checkpoint-2").values())
+
+
+def _signal_when(process, condition, number: int, then_wait: float, timeout: float = 300.0) -> bool:
+    """Send `number` to `process` `then_wait` seconds after `condition()` holds; False if it ended first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    time.sleep(then_wait)
+    if process.poll() is not None:
+        return False
+    process.send_signal(number)
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_saves_the_step_and_resuming_is_exact(task, tmp_path, uninterrupted, number):
+    name, out = signal.Signals(number).name, tmp_path / "run"
+    for _attempt in range(5):  # the signal must land after the first checkpoint and before the end
+        process = _start(task, out, *RESUME_FLAGS)
+        sent = _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), number, random.uniform(0.0, 1.0))
+        stderr = process.communicate()[1]
+        if sent and process.returncode == 128 + number:
+            break
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        pytest.fail(f"could not send {name} in the middle of the run")
+    assert "Traceback" not in stderr
+    finishing = int(re.search(rf"{name}: finishing step (\d+), then saving a checkpoint", stderr)[1])
+    last = stderr.strip().splitlines()[-1]
+    saved = out / f"checkpoint-{finishing}"
+    assert last == f"interrupted: {name} at step {finishing}: saved {saved}; the same command resumes the run"
+    assert max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.suffix == "") == finishing
+    result = run_cli(*train_args(task, out, *RESUME_FLAGS), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    assert f"resuming from {saved} (step {finishing}," in result.stderr
+    assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
+
+
+@pytest.mark.slow
+def test_a_second_signal_stops_at_once(task, tmp_path):
+    out = tmp_path / "run"
+    for _attempt in range(5):  # the second signal must come while the first one's step is being finished
+        process = _start(task, out, *RESUME_FLAGS)
+        assert _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGTERM, 0.2)
+        time.sleep(0.02)  # two signals sent together may be delivered as one
+        process.send_signal(signal.SIGTERM)
+        stderr = process.communicate()[1]
+        if process.returncode == -signal.SIGTERM:
+            break
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        pytest.fail("the second SIGTERM never came before the first one's checkpoint was written")
+    assert "SIGTERM again: stopping now, without a checkpoint" in stderr
+
+
+@pytest.mark.slow
+def test_two_runs_started_together_one_trains_the_other_refuses(task, tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    processes = [_start(task, out, *RESUME_FLAGS), _start(task, out, *RESUME_FLAGS)]
+    errors = [p.communicate()[1] for p in processes]
+    codes = [p.returncode for p in processes]
+    assert sorted(codes) == [0, 2], errors
+    winner, loser = processes[codes.index(0)], errors[codes.index(2)]
+    lines = loser.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: --output-dir {out}: in use by another run (aiayn train, process {winner.pid} on "
+    )
+    assert lines[0].endswith("wait for it to end or choose another --output-dir")
+    assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
+    # a pickle planted in that finished run's newest checkpoint is refused on the next run
+    marker = tmp_path / "written-by-the-pickle"
+    (out / "checkpoint-60" / "training_state" / "custom_checkpoint_0.pkl").write_bytes(
+        pickle.dumps(_WritesAFile(marker))
+    )
+    result = run_cli(*train_args(task, out, *RESUME_FLAGS), env=task["env"])
+    line = one_error_line(result.returncode, result.stderr)
+    assert line.startswith(f"error: {out / 'checkpoint-60'}/training_state/custom_checkpoint_0.pkl: a pickle")
+    assert not marker.exists()
