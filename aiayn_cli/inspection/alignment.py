@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from ..decoding.translator import Translator
 
     parser = argparse.ArgumentParser(prog="python -m aiayn_cli.inspection.alignment", description=main.__doc__)
     parser.add_argument("model")
@@ -142,9 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=500)
     args = parser.parse_args(argv)
     read = lambda lang: (args.data_dir / f"{args.split}.{lang}").read_text(encoding="utf-8").splitlines()[: args.n]  # noqa: E731
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    results = measure(model, tokenizer, read("en"), read("de"), read("align"))
+    translator = Translator.from_pretrained(args.model, device="cpu")
+    results = measure(translator.model, translator.tokenizer, read("en"), read("de"), read("align"))
     print(f"AER on {len(read('en'))} pairs of {args.data_dir / args.split} (lower is better):")
     for name, value in results.items():
         print(f"  {name:<18} {value:.4f}")

@@ -127,7 +127,7 @@ def _text(explanations: list[Explanation], request: AttentionRequest) -> str:
         lines += sentence_header(number, ex)
         for kind in request.kinds:
             v = view(ex, kind, **_narrowing(request))
-            log_probs = _row_log_probs(ex, v) if kind == "cross" and not request.words else None
+            log_probs = _row_log_probs(ex, v, request.words) if kind == "cross" else None
             for li in range(len(v.layers)):
                 for hi in range(len(v.heads)):
                     lines += [""] + text_table(v, li, hi, log_probs)
@@ -135,8 +135,12 @@ def _text(explanations: list[Explanation], request: AttentionRequest) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _row_log_probs(ex: Explanation, v) -> list[float]:
-    return ex.token_log_probs[: len(v.rows)]  # the rows are the target tokens; `</s>`, if hidden, was the last
+def _row_log_probs(ex: Explanation, v, words: bool) -> list[float]:
+    """log p of each row's target token, or of each word (the sum over its pieces)."""
+    values = ex.token_log_probs
+    if words:
+        values = [sum(lp for lp, w in zip(values, ex.target_words) if w == k) for k in range(max(ex.target_words) + 1)]
+    return values[: len(v.rows)]  # `</s>`, if hidden, was the last
 
 
 def _narrowing(request: AttentionRequest) -> dict:
