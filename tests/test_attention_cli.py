@@ -138,3 +138,24 @@ def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, ca
     assert "Traceback" not in err
     assert not out.exists()  # nothing half-written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "no-tokenizer", "not-a-model", "refs.de"]
+
+
+def test_translate_alignment_appends_word_links(model_dir, capsys, monkeypatch):
+    code, plain, err = aiayn(capsys, monkeypatch, "translate", "-m", model_dir, *SENTENCES[:2], "")
+    assert code == 0, err
+    code, aligned, err = aiayn(capsys, monkeypatch, "translate", "-m", model_dir, *SENTENCES[:2], "", "--alignment")
+    assert code == 0, err
+    lines = aligned.splitlines()
+    assert len(lines) == 3 and lines[2] == " ||| "
+    for line, text, source in zip(lines, plain.splitlines(), SENTENCES):
+        translation, links = line.split(" ||| ")
+        assert translation == text  # the same translation as without --alignment
+        pairs = [tuple(map(int, link.split("-"))) for link in links.split()]
+        assert {j for _, j in pairs} == set(range(len(text.split())))  # every target word, once
+        assert len(pairs) == len(text.split()) and all(i < len(source.split()) for i, _ in pairs)
+    code, _, err = aiayn(capsys, monkeypatch, "translate", "-m", model_dir, "A dog.", "--alignment", "--nbest", "2")
+    assert code == 2 and "--alignment" in err
+    code, _, err = aiayn(
+        capsys, monkeypatch, "translate", "-m", model_dir, "A dog.", "--alignment-layer", "7", "--alignment"
+    )
+    assert code == 2 and "--alignment-layer 7" in err

@@ -5,9 +5,13 @@ the space-separated words of each side; written "i-j i-j ..." (fairseq's `--prin
 Moses). `align` links each target word to the source word it attends to most, in the heads of
 one layer averaged (Garg et al., 2019), words merged from subwords and `</s>` left out.
 
-Which layer: `DEFAULT_LAYER`, measured on the quickstart model (README, "See inside the model");
-`step="predict"` reads the decoder position that predicts the word, `"input"` the one that reads
-it (one later).
+Which layer: measured, not assumed (`python -m aiayn_cli.inspection.alignment MODEL DATA_DIR`). On
+500 held-out pairs of the quickstart corpus with the quickstart model (2 decoder layers, sacreBLEU
+97.4), teacher-forced on the references, AER was 0.035 for the last layer's averaged heads, 0.129
+for the first, and 0.094 for the diagonal alignment; Garg et al. (2019) found the penultimate
+layer best in their 6-layer model. `DEFAULT_LAYER` is therefore the last layer. `step="predict"`
+reads the decoder position that predicts the word (the default: AER 0.035); `"input"` the one that
+reads it, one later (AER 0.90: by then the model attends to the next word to translate).
 
 AER (Och & Ney, 2003), with sure links S and possible links P (S is a subset of P):
 
@@ -22,7 +26,7 @@ from ..errors import AiaynError
 from .extract import Explanation
 from .views import view
 
-DEFAULT_LAYER = -2  # the penultimate decoder layer; see the module docstring
+DEFAULT_LAYER = -1  # the last decoder layer: the best measured (module docstring)
 DEFAULT_STEP = "predict"
 STEPS = ("predict", "input")
 
@@ -98,6 +102,28 @@ def aer(hypotheses: list[Alignment], sure: list[Alignment], possible: list[Align
     return 1.0 - (a_s + a_p) / (a + s) if a + s else 0.0
 
 
+def translate_aligned(
+    translator, sentences: list[str], layer: int | None = None, *, on_long: str = "truncate", source: str = "input",
+    batch_size: int = 64, **decoding_options,
+) -> list[tuple[str, str]]:  # fmt: skip
+    """Each sentence's translation (the same as `Translator.translate`) and its word alignment "i-j ...";
+    an empty (or skipped) line gives ("", "")."""
+    from .extract import explain
+
+    ids = translator.encode(list(sentences), on_long=on_long, source=source)
+    results = [("", "")] * len(ids)
+    todo = [i for i, tokens in enumerate(ids) if tokens is not None]
+    for start in range(0, len(todo), batch_size):
+        rows = todo[start : start + batch_size]
+        explanations = explain(
+            translator, None, [sentences[i] for i in rows], source_ids=[ids[i] for i in rows], with_scores=False,
+            **decoding_options,
+        )  # fmt: skip
+        for i, ex in zip(rows, explanations):
+            results[i] = (ex.target, format_alignment(align(ex, layer)))
+    return results
+
+
 def measure(
     model, tokenizer, sources: list[str], references: list[str], gold: list[str], batch_size: int = 50
 ) -> dict[str, float]:
@@ -150,7 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["DEFAULT_LAYER", "aer", "align", "attention_matrix", "diagonal", "format_alignment", "measure", "parse"]
+__all__ = [
+    "DEFAULT_LAYER",
+    "aer",
+    "align",
+    "attention_matrix",
+    "diagonal",
+    "format_alignment",
+    "measure",
+    "parse",
+    "translate_aligned",
+]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -84,13 +84,15 @@ def explain(
     *,
     device: str | None = "cpu",
     with_scores: bool = True,
+    source_ids: list[list[int]] | None = None,
     **decoding_options,
 ) -> list[Explanation]:
     """Tokens, log-probabilities and attention for each source sentence (and its reference, if given).
 
     `decoding_options` (`num_beams`, `length_penalty`, ...) override the model's generation config,
-    as `aiayn translate`'s flags do. Raises `AiaynError` for an empty sentence, a sentence longer
-    than the model's limit, or references that do not pair with the sources.
+    as `aiayn translate`'s flags do. `source_ids`: the sources already encoded (as `Translator.encode`
+    gives them). Raises `AiaynError` for an empty sentence, a sentence longer than the model's
+    limit, or references that do not pair with the sources.
     """
     from ..decoding.translator import Translator
 
@@ -101,7 +103,7 @@ def explain(
     if not sources:
         raise AiaynError("no sentence to explain")
     options = translator.decoding_options(**decoding_options)
-    source_ids = _encode(translator, sources, "sentence")
+    source_ids = _encode(translator, sources, "sentence") if source_ids is None else source_ids
     if references is None:
         hypotheses = translator._decode(source_ids, options)  # the beam search of `aiayn translate`
         target_ids = [h[0].tokens + [translator.eos_id] for h in hypotheses]

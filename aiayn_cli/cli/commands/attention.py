@@ -100,7 +100,7 @@ def attention(
             "--alignment-layer",
             rich_help_panel=NARROW,
             help="The decoder layer whose averaged heads give --format align (from 1; -1 the last) "
-            "[default: the penultimate, as measured].",
+            "[default: the last, the best measured].",
             show_default=False,
         ),
     ] = None,
