@@ -108,12 +108,10 @@ def heatmap_grid(v: View, title: str, path: Path) -> None:
     single = layers == 1 and heads == 1
     cell = 0.22 if single else 0.13  # inches per token: 40 tokens stay legible at 6 x 8 heads
     panel_w, panel_h = max(2.0, cell * cols + 0.3), max(1.6, cell * rows + 0.3)
-    label_w, label_h = (
-        0.09 * max(len(t) for t in v.rows + [" "]) + 0.8,
-        0.08 * max(len(t) for t in v.columns + [" "]) + 0.8,
-    )
-    fig_w, fig_h = label_w + heads * (panel_w + 0.15) + 1.0, label_h + layers * (panel_h + 0.35) + 0.9
-    fig, axes = plt.subplots(layers, heads, figsize=(fig_w, fig_h), squeeze=False, dpi=100)
+    label_w = 0.07 * max(len(t) for t in v.rows + [" "]) + 0.8  # the row labels, left of the first column
+    label_h = 0.07 * max(len(t) for t in v.columns + [" "]) + 0.8  # the column labels, under the last row
+    fig_w, fig_h = label_w + heads * (panel_w + 0.1) + 1.2, label_h + layers * (panel_h + 0.3) + 0.8
+    fig, axes = plt.subplots(layers, heads, figsize=(fig_w, fig_h), squeeze=False, dpi=100, layout="constrained")
     font = 9 if single else 7
     for li in range(layers):
         for hi in range(heads):
@@ -132,7 +130,7 @@ def heatmap_grid(v: View, title: str, path: Path) -> None:
     fig.supxlabel(f"key: {key} (attended to)", fontsize=font + 2)
     fig.supylabel(f"query: {query} (attending)", fontsize=font + 2)
     fig.suptitle(title, fontsize=font + 3)
-    fig.colorbar(image, ax=axes, fraction=0.02 if heads > 2 else 0.05, pad=0.02, label="attention weight (0 to 1)")
+    fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / fig_h + 0.3), label="attention weight (0 to 1)")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
