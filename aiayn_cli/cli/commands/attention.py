@@ -12,7 +12,7 @@ NARROW = "Narrowing and merging"
 
 def attention(
     sentences: Annotated[
-        list[str] | None, typer.Argument(help="Source sentences to explain.", show_default=False)
+        list[str] | None, typer.Argument(metavar="SENTENCE...", help="Source sentences to explain.", show_default=False)
     ] = None,
     model: Annotated[
         str,
@@ -29,6 +29,7 @@ def attention(
         typer.Option(
             "--reference",
             "-r",
+            metavar="TEXT",
             help="A reference translation per sentence (repeat the option): explain it by teacher forcing "
             "instead of the model's own translation.",
             show_default=False,
@@ -58,6 +59,7 @@ def attention(
         typer.Option(
             "--format",
             "-f",
+            metavar="FORMAT",
             help="png (heatmap grids), html (the offline explorer), text (OpenNMT's -attn_debug table), json "
             "(every tensor, for notebooks and bertviz), align (i-j word alignments); repeat for several "
             "[default: png and html with -o, text without].",
@@ -68,6 +70,7 @@ def attention(
         list[str] | None,
         typer.Option(
             "--kind",
+            metavar="KIND",
             rich_help_panel=NARROW,
             help="encoder, decoder or cross (encoder-decoder); repeat for several [default: all three].",
             show_default=False,
