@@ -20,13 +20,14 @@ from .extract import KINDS, Explanation
 PLACEHOLDER = "/*AIAYN_DATA*/"
 
 
-def explorer_html(explanations: list[Explanation]) -> str:
-    """The explorer page for `explanations` (from `explain`, with their raw scores)."""
+def explorer_html(explanations: list[Explanation], notes: list[str] | None = None) -> str:
+    """The explorer page for `explanations` (from `explain`, with their raw scores); `notes` are
+    shown under the title."""
     page = resources.files(__package__).joinpath("explorer.html").read_text(encoding="utf-8")
     data = {
         "about": "Vaswani et al. (2017), §3.2: the three kinds of attention of a trained model. "
         "Weights are the model's own (output_attentions=True); rows are queries, columns keys. "
-        "Decoder position t reads the token before y_t and predicts y_t.",
+        "Decoder position t reads the token before y_t and predicts y_t." + "".join(" " + note for note in notes or []),
         "d_k": explanations[0].d_k if explanations else 0,
         "sentences": [_sentence(ex) for ex in explanations],
     }

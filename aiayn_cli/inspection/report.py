@@ -177,7 +177,11 @@ def _write(explanations: list[Explanation], request: AttentionRequest, texts: di
         if "html" in request.formats:
             from .explorer import explorer_html
 
-            (tmp / "explorer.html").write_text(explorer_html(explanations), encoding="utf-8")
+            notes = []
+            if request.words or request.hide_eos:  # eq. (1) is per token: the explorer keeps them all
+                notes.append("It shows subword tokens and </s>: --words and --hide-eos apply to png and text.")
+            html = explorer_html(explanations, notes)
+            (tmp / "explorer.html").write_text(html, encoding="utf-8")
         if "png" in request.formats:
             for number, ex in enumerate(explanations, 1):
                 for kind in request.kinds:
