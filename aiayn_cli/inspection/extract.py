@@ -89,6 +89,9 @@ def explain(
 ) -> list[Explanation]:
     """Tokens, log-probabilities and attention for each source sentence (and its reference, if given).
 
+    `model` is an `AiaynForConditionalGeneration` with its `tokenizer`, or a `Translator` (whose
+    model, tokenizer and device are used; `tokenizer` is then ignored).
+
     `decoding_options` (`num_beams`, `length_penalty`, ...) override the model's generation config,
     as `aiayn translate`'s flags do. `source_ids`: the sources already encoded (as `Translator.encode`
     gives them). Raises `AiaynError` for an empty sentence, a sentence longer than the model's

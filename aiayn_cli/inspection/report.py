@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AiaynError
-from .extract import KINDS, Explanation
+from .alignment import align, format_alignment
+from .explorer import explorer_html
+from .extract import KINDS, Explanation, explain
+from .formats import heatmap_grid, sentence_header, text_table, to_json
+from .views import check_layer_head, view
 
 FORMATS = ("png", "html", "text", "json", "align")
 FILE_FORMATS = ("png", "html", "json")
@@ -51,12 +55,8 @@ def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
     sources, references = _inputs(request)
     _check_options(request)
     translator = Translator.from_pretrained(request.model, device=request.device)
-    from .extract import explain
-
     explanations = explain(translator, None, sources, references)
     for ex in explanations[:1]:  # the same model for all: check the ranges once, before writing
-        from .views import check_layer_head
-
         for kind in request.kinds:
             check_layer_head(ex, kind, request.layer, request.head)
     texts = {}
@@ -119,9 +119,6 @@ def _check_options(request: AttentionRequest) -> None:
 
 
 def _text(explanations: list[Explanation], request: AttentionRequest) -> str:
-    from .formats import sentence_header, text_table
-    from .views import view
-
     lines = []
     for number, ex in enumerate(explanations, 1):
         lines += sentence_header(number, ex)
@@ -154,15 +151,10 @@ def _narrowing(request: AttentionRequest) -> dict:
 
 
 def _alignments(explanations: list[Explanation], layer: int | None) -> str:
-    from .alignment import align, format_alignment
-
     return "".join(format_alignment(align(ex, layer)) + "\n" for ex in explanations)
 
 
 def _write(explanations: list[Explanation], request: AttentionRequest, texts: dict[str, str]) -> list[Path]:
-    from .formats import heatmap_grid, to_json
-    from .views import view
-
     output = Path(request.output)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output if output.is_dir() else output.parent))
@@ -175,8 +167,6 @@ def _write(explanations: list[Explanation], request: AttentionRequest, texts: di
             options = {**_narrowing(request), "kinds": list(request.kinds)}
             (tmp / "attention.json").write_text(to_json(explanations, options), encoding="utf-8")
         if "html" in request.formats:
-            from .explorer import explorer_html
-
             notes = []
             if request.words or request.hide_eos:  # eq. (1) is per token: the explorer keeps them all
                 notes.append("It shows subword tokens and </s>: --words and --hide-eos apply to png and text.")
