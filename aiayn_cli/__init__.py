@@ -9,6 +9,7 @@ The package is laid out by the layers of the work, each a subpackage that says w
     evaluation/   sacreBLEU, chrF, TER and the paper's tokenized BLEU as `evaluate` modules
     hub/          the folder and model card that go to the Hugging Face Hub
     quickstart/   the generated English->German corpus and the end-to-end quickstart
+    inspection/   attention of a trained model: extraction, pictures, the explorer, word alignments
     cli/          the `aiayn` command line: thin commands over the layers above
 
 Names are imported on first use, so that `aiayn --version` does not load torch. Importing the model

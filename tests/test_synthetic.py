@@ -13,6 +13,7 @@ from aiayn_cli.quickstart.synthetic import (
     main,
     noun_phrase,
     render,
+    render_aligned,
     sample_clause,
     write_corpus,
 )
@@ -346,3 +347,41 @@ def test_main_writes_a_folder(tmp_path, capsys):
     assert len(_read(tmp_path / "c", "validation", "de")) == 5
     assert main([str(tmp_path / "c")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+# Hand-worked word alignments ("i-j": English word i, German word j, from 0).
+HAND_ALIGNED = [
+    # The boy does not help the tired lion. / Der Junge hilft dem müden Löwen nicht.
+    (
+        Clause((NP("boy"),), "help", NP("lion", "the", ("tired",)), negated=True),
+        "0-0 1-1 2-2 3-6 4-2 5-3 6-4 7-5",
+    ),
+    # The man sees no dogs ... : "does not see dogs" / "sieht keine Hunde": keine is both not and the article
+    (
+        Clause((NP("man"),), "see", NP("dog", "bare", plural=True), negated=True),
+        "0-0 1-1 2-2 3-3 4-2 5-4",
+    ),
+    # A cat sleeps in front of the house. / Eine Katze schläft vor dem Haus.
+    (
+        Clause((NP("cat", "a"),), "sleep", preposition="in front of", prepositional_object=NP("house")),
+        "0-0 1-1 2-2 3-3 4-3 5-3 6-4 7-5",
+    ),
+]
+
+
+@pytest.mark.parametrize("clause, alignment", HAND_ALIGNED, ids=[a for _, a in HAND_ALIGNED])
+def test_hand_worked_alignments(clause, alignment):
+    english, german, got = render_aligned(clause)
+    assert (english, german) == render(clause)
+    assert got == alignment, (english, german)
+
+
+def test_every_written_pair_has_an_alignment_within_its_words(tmp_path):
+    write_corpus(tmp_path / "c", train=300, validation=20, test=20, seed=4)
+    for split in ("train", "validation", "test"):
+        en, de, align = (_read(tmp_path / "c", split, lang) for lang in ("en", "de", "align"))
+        assert len(en) == len(de) == len(align)
+        for e, d, a in zip(en, de, align):
+            links = [tuple(map(int, link.split("-"))) for link in a.split()]
+            assert {i for i, _ in links} == set(range(len(e.split())))  # every English word is aligned
+            assert all(j < len(d.split()) for _, j in links)

@@ -71,11 +71,22 @@ class NounPhrase:
         return "pl" if self.plural else "3sg"
 
 
+# A word and the concepts it expresses: an English and a German word are aligned when they share one.
+Word = tuple[str, frozenset[str]]
+
+
 def noun_phrase(np: NounPhrase, case: str) -> tuple[str, str]:
     """The English and German words of `np` in `case` ("nom", "acc" or "dat")."""
+    en, de = _noun_phrase_words(np, case, "np")
+    return " ".join(w for w, _ in en), " ".join(w for w, _ in de)
+
+
+def _noun_phrase_words(np: NounPhrase, case: str, role: str) -> tuple[list[Word], list[Word]]:
+    """`noun_phrase` as words tagged with their concept (`role` + "det", "adj0", "noun", ...)."""
     if np.pronoun:
         (en_nom, en_obl), de_forms, _ = PRONOUNS[np.pronoun]
-        return (en_nom if case == "nom" else en_obl), de_forms[CASES.index(case)]
+        key = frozenset({role + ".noun"})
+        return [(en_nom if case == "nom" else en_obl, key)], [(de_forms[CASES.index(case)], key)]
     noun, det = NOUNS[np.noun], DETERMINERS[np.det]
     if np.plural and noun.mass:
         raise ValueError(f"{np.noun!r} has no plural")
@@ -84,6 +95,7 @@ def noun_phrase(np: NounPhrase, case: str) -> tuple[str, str]:
     if np.det == "bare" and not (np.plural or noun.mass):
         raise ValueError(f"singular {np.noun!r} needs a determiner")
     key = "pl" if np.plural else noun.gender
+    keys = [role + ".det", *(f"{role}.adj{i}" for i in range(len(np.adjectives))), role + ".noun"]
     en_words = [(det.en_plural if np.plural else det.en), *np.adjectives, noun.en_plural if np.plural else noun.en]
     if en_words[0] == "a" and en_words[1][0] in "aeio":  # no lexicon word starts with u or a silent h
         en_words[0] = "an"
@@ -92,7 +104,10 @@ def noun_phrase(np: NounPhrase, case: str) -> tuple[str, str]:
         *(attributive(a, det.adjectives, case, key) for a in np.adjectives),
         noun.german(case, np.plural),
     ]
-    return " ".join(w for w in en_words if w), " ".join(w for w in de_words if w)
+    return (
+        [(w, frozenset({k})) for w, k in zip(en_words, keys) if w],
+        [(w, frozenset({k})) for w, k in zip(de_words, keys) if w],
+    )
 
 
 @dataclass(frozen=True)
@@ -122,32 +137,67 @@ def render(clause: Clause) -> tuple[str, str]:
     follows a definite or pronoun object (sieht den Hund nicht) and precedes a prepositional
     phrase or predicate (schläft nicht unter dem Tisch, ist nicht müde).
     """
+    en, de, _ = render_aligned(clause)
+    return en, de
+
+
+def render_aligned(clause: Clause) -> tuple[str, str, str]:
+    """`render`, plus the true word alignment: "i-j" pairs (English word i, German word j, from 0;
+    words split at spaces), the convention of fairseq's `--print-alignment` and Moses.
+
+    Words that express the same concept are aligned: article to article, adjective to adjective,
+    noun to noun, verb to verb (`does` and `sleep` both to `schläft`), `not` to `nicht` or to the
+    `kein` that replaces it (which also aligns to the `a` it replaces), `next to` to `neben`.
+    """
+    en, de = _clause_words(clause)
+    links = sorted((i, j) for i, (_, a) in enumerate(en) for j, (_, b) in enumerate(de) if a & b)
+    return (
+        _sentence(" ".join(w for w, _ in en)),
+        _sentence(" ".join(w for w, _ in de)),
+        " ".join(f"{i}-{j}" for i, j in links),
+    )
+
+
+def _clause_words(clause: Clause) -> tuple[list[Word], list[Word]]:
     person = _person(clause)
-    subjects = [noun_phrase(np, "nom") for np in clause.subject]
-    en = [" and ".join(s[0] for s in subjects)]
-    de = [" und ".join(s[1] for s in subjects)]
+    en: list[Word] = []
+    de: list[Word] = []
+    for index, np in enumerate(clause.subject):
+        if index:
+            en.append(("and", frozenset({"and"})))
+            de.append(("und", frozenset({"and"})))
+        en_np, de_np = _noun_phrase_words(np, "nom", f"subject{index}")
+        en += en_np
+        de += de_np
+    verb_key, not_key = frozenset({"verb"}), frozenset({"not"})
     if clause.verb == "be":
-        en.append(BE[0][person] + (" not" if clause.negated else ""))
-        de += [BE[1][person], *(["nicht"] if clause.negated else []), ADJECTIVES[clause.predicate][0]]
-        en.append(clause.predicate)
+        en.append((BE[0][person], verb_key))
+        en += [("not", not_key)] if clause.negated else []
+        de += [(BE[1][person], verb_key), *([("nicht", not_key)] if clause.negated else [])]
+        en.append((clause.predicate, frozenset({"predicate"})))
+        de.append((ADJECTIVES[clause.predicate][0], frozenset({"predicate"})))
     else:
         verb = VERBS[clause.verb]
         if clause.negated:
-            en.append(("does not " if person == 1 else "do not ") + verb.en)
+            en += [("does" if person == 1 else "do", verb_key), ("not", not_key), (verb.en, verb_key)]
         else:
-            en.append(verb.en_3sg if person == 1 else verb.en)
-        de.append(verb.de[person])
-        negation = ["nicht"] if clause.negated else []
+            en.append((verb.en_3sg if person == 1 else verb.en, verb_key))
+        de.append((verb.de[person], verb_key))
+        negation = [("nicht", not_key)] if clause.negated else []
         if (verb.object_case is None) != (clause.object is None):
             raise ValueError(f"{clause.verb!r} takes {verb.object_case or 'no'} object")
         if clause.object is not None:
             obj = clause.object
-            en.append(noun_phrase(obj, verb.object_case)[0])
+            en += _noun_phrase_words(obj, verb.object_case, "object")[0]
+            kein = False
             if clause.negated and not obj.pronoun and obj.det in ("a", "bare"):
-                obj, negation = replace(obj, det="no"), []
+                obj, negation, kein = replace(obj, det="no"), [], True
             elif clause.negated and (obj.det in NUMERALS or obj.det == "no"):
                 raise ValueError("a negated clause takes no numeral or 'no' object")
-            de.append(noun_phrase(obj, verb.object_case)[1])
+            de_obj = _noun_phrase_words(obj, verb.object_case, "object")[1]
+            if kein:  # kein stands for both the article (or its absence) and the negation
+                de_obj[0] = (de_obj[0][0], de_obj[0][1] | not_key)
+            de += de_obj
             if negation and clause.preposition:
                 raise ValueError("'nicht' after a definite object with a prepositional phrase is left out")
         de += negation
@@ -155,10 +205,10 @@ def render(clause: Clause) -> tuple[str, str]:
         de_prep, case, _, kinds = PREPOSITIONS[clause.preposition]
         if ("transitive" if clause.object else "intransitive") not in kinds or clause.verb == "be":
             raise ValueError(f"{clause.preposition!r} does not go with {clause.verb!r}")
-        en_pp, de_pp = noun_phrase(clause.prepositional_object, case)
-        en.append(f"{clause.preposition} {en_pp}")
-        de.append(f"{de_prep} {de_pp}")
-    return _sentence(" ".join(en)), _sentence(" ".join(de))
+        en_pp, de_pp = _noun_phrase_words(clause.prepositional_object, case, "pp")
+        en += [(w, frozenset({"preposition"})) for w in clause.preposition.split()] + en_pp
+        de += [(de_prep, frozenset({"preposition"}))] + de_pp
+    return en, de
 
 
 def _sentence(text: str) -> str:
@@ -284,8 +334,9 @@ def sample_clause(rng: random.Random) -> Clause:
     return Clause(subject, verb.en, obj, None, preposition, pp_object, negated)
 
 
-def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14) -> list[tuple[str, str]]:
-    """`n` distinct (English, German) sentence pairs, the same for the same seed.
+def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14, alignments: bool = False) -> list[tuple]:
+    """`n` distinct (English, German) sentence pairs, the same for the same seed; with `alignments`,
+    (English, German, alignment) triples, the alignment as `render_aligned` gives it.
 
     Both sides are distinct: no English sentence and no German sentence occurs twice, so that any
     split of the list into parts gives disjoint parts. Sentences longer than `max_words` words
@@ -294,7 +345,7 @@ def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14) -> list[tuple
     if n < 0:
         raise AiaynError(f"the number of sentences must be >= 0, got {n}")
     rng = random.Random(seed)
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple] = []
     seen_en: set[str] = set()
     seen_de: set[str] = set()
     attempts = 0
@@ -305,12 +356,12 @@ def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14) -> list[tuple
                 f"the grammar gave only {len(pairs)} distinct sentences of at most "
                 f"{max_words} words; ask for fewer than {n}"
             )
-        en, de = render(sample_clause(rng))
+        en, de, alignment = render_aligned(sample_clause(rng))
         if en in seen_en or de in seen_de or max(len(en.split()), len(de.split())) > max_words:
             continue
         seen_en.add(en)
         seen_de.add(de)
-        pairs.append((en, de))
+        pairs.append((en, de, alignment) if alignments else (en, de))
     return pairs
 
 
@@ -328,7 +379,8 @@ def write_corpus(
     seed: int = 0,
     overwrite: bool = False,
 ) -> dict[str, int]:
-    """Write `{train,validation,test}.{en,de}` (one sentence per line) into `output_dir`.
+    """Write `{train,validation,test}.{en,de}` (one sentence per line) into `output_dir`, and each
+    pair's true word alignment in `{split}.align` ("i-j" pairs, as `render_aligned` gives them).
 
     The folder is written under a temporary name and renamed, so that it is either complete or
     absent. The splits are disjoint on both sides. Returns the number of pairs per split.
@@ -344,7 +396,7 @@ def write_corpus(
             + ("" if output_dir.is_dir() else " (it is not a folder)")
             + " or overwrite it"
         )
-    pairs = generate_corpus(sum(sizes.values()), seed)
+    pairs = generate_corpus(sum(sizes.values()), seed, alignments=True)
     # Sentences with few possible variants (I sleep.) are drawn early; shuffle so that every split
     # has the same distribution.
     random.Random(seed + 1).shuffle(pairs)
@@ -353,7 +405,7 @@ def write_corpus(
         for split, size in sizes.items():
             part = pairs[start : start + size]
             start += size
-            for index, lang in enumerate(("en", "de")):
+            for index, lang in enumerate(("en", "de", "align")):
                 (tmp / f"{split}.{lang}").write_text("".join(p[index] + "\n" for p in part), encoding="utf-8")
     return sizes
 

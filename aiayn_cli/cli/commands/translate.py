@@ -164,6 +164,22 @@ def translate(
             show_default=False,
         ),
     ] = None,
+    alignment: Annotated[
+        bool,
+        typer.Option(
+            "--alignment",
+            help="Append ' ||| i-j ...' to each translation: source word i aligned to target word j (from 0), "
+            "from the encoder-decoder attention (fairseq's --print-alignment); reads the whole input first.",
+        ),
+    ] = False,
+    alignment_layer: Annotated[
+        int | None,
+        typer.Option(
+            "--alignment-layer",
+            help="The decoder layer whose averaged heads align (from 1; -1 the last) [default: the last, the best measured].",
+            show_default=False,
+        ),
+    ] = None,
     progress: Annotated[
         bool | None,
         typer.Option(
@@ -205,7 +221,9 @@ def translate(
         batch_size=batch_size,
     )
     try:
-        if sentences:
+        if alignment:
+            _translate_aligned(translator, sentences, input, output, alignment_layer, options)
+        elif sentences:
             results = translator.translate_nbest(list(sentences), source="argument", **options)
             _write(results, nbest, output)
         elif input is not None and str(input) != "-":
@@ -244,6 +262,27 @@ def check_paths(input: Path | None, output: Path | None) -> None:
         raise AiaynError(f"--output {output}: the folder {output.parent} is not writable")
     if input is not None and str(input) != "-" and output.exists() and os.path.samefile(input, output):
         raise AiaynError(f"--output {output}: is the input file {input}; write the translations elsewhere")
+
+
+def _translate_aligned(translator, sentences, input, output, layer, options) -> None:
+    """`--alignment`: 'TRANSLATION ||| i-j ...' per input line."""
+    from ...decoding.translator import decode_lines
+    from ...inspection.alignment import translate_aligned
+
+    if options["nbest"] != 1 or options["do_sample"]:
+        raise AiaynError("--alignment prints the best translation's alignment: use it without --nbest or --sample")
+    if sentences:
+        lines, source = list(sentences), "argument"
+    elif input is not None and str(input) != "-":
+        if not input.is_file():
+            raise AiaynError(f"--input {input}: no such file")
+        with open(input, "rb") as raw:
+            lines, source = list(decode_lines(raw, source=str(input))), str(input)
+    else:
+        lines, source = list(decode_lines(sys.stdin.buffer, source="stdin")), "stdin"
+    decoding = {k: v for k, v in options.items() if k not in ("max_tokens", "batch_size", "on_long", "nbest")}
+    results = translate_aligned(translator, lines, layer, on_long=options["on_long"], source=source, **decoding)
+    _write([[(f"{text} ||| {links}", 0.0)] for text, links in results], 1, output)
 
 
 def _write(results: Iterable[list[tuple[str, float]]], nbest: int, output: Path | None) -> None:

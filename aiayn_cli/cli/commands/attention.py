@@ -1,0 +1,144 @@
+"""`aiayn attention`: see the three kinds of attention of a trained model (§3.2.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+NARROW = "Narrowing and merging"
+
+
+def attention(
+    sentences: Annotated[
+        list[str] | None, typer.Argument(metavar="SENTENCE...", help="Source sentences to explain.", show_default=False)
+    ] = None,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
+        ),
+    ] = ...,
+    input: Annotated[
+        Path | None,
+        typer.Option("--input", "-i", metavar="FILE", help="Source sentences, one per line.", show_default=False),
+    ] = None,
+    reference: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reference",
+            "-r",
+            metavar="TEXT",
+            help="A reference translation per sentence (repeat the option): explain it by teacher forcing "
+            "instead of the model's own translation.",
+            show_default=False,
+        ),
+    ] = None,
+    reference_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--reference-file",
+            metavar="FILE",
+            help="References, one per line, as many as sentences.",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FOLDER",
+            help="Write the files here (created if missing); text and align go to standard output without it.",
+            show_default=False,
+        ),
+    ] = None,
+    formats: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help="png (heatmap grids), html (the offline explorer), text (OpenNMT's -attn_debug table), json "
+            "(every tensor, for notebooks and bertviz), align (i-j word alignments); repeat for several "
+            "[default: png and html with -o, text without].",
+            show_default=False,
+        ),
+    ] = None,
+    kinds: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind",
+            metavar="KIND",
+            rich_help_panel=NARROW,
+            help="encoder, decoder or cross (encoder-decoder); repeat for several [default: all three].",
+            show_default=False,
+        ),
+    ] = None,
+    layer: Annotated[
+        int | None,
+        typer.Option("--layer", rich_help_panel=NARROW, help="Only this layer (from 1).", show_default=False),
+    ] = None,
+    head: Annotated[
+        int | None, typer.Option("--head", rich_help_panel=NARROW, help="Only this head (from 1).", show_default=False)
+    ] = None,
+    mean_heads: Annotated[
+        bool, typer.Option("--mean-heads", rich_help_panel=NARROW, help="Average the heads of each layer.")
+    ] = False,
+    words: Annotated[
+        bool,
+        typer.Option(
+            "--words",
+            rich_help_panel=NARROW,
+            help="Merge subwords into words: attention to a word is the sum over its pieces, from a word the mean.",
+        ),
+    ] = False,
+    hide_eos: Annotated[
+        bool, typer.Option("--hide-eos", rich_help_panel=NARROW, help="Leave out </s> (it soaks up attention).")
+    ] = False,
+    alignment_layer: Annotated[
+        int | None,
+        typer.Option(
+            "--alignment-layer",
+            rich_help_panel=NARROW,
+            help="The decoder layer whose averaged heads give --format align (from 1; -1 the last) "
+            "[default: the last, the best measured].",
+            show_default=False,
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+) -> None:
+    """Show the model's attention for sentences: its own translation, or a reference (--reference)."""
+    from ...inspection.report import AttentionRequest, attention_report
+
+    if not formats:
+        formats = ["png", "html"] if output is not None else ["text"]
+    request = AttentionRequest(
+        model=model,
+        sentences=sentences,
+        input=input,
+        references=reference,
+        reference_file=reference_file,
+        output=output,
+        formats=tuple(formats),
+        kinds=tuple(kinds) if kinds else ("encoder", "decoder", "cross"),
+        layer=layer,
+        head=head,
+        mean_heads=mean_heads,
+        words=words,
+        hide_eos=hide_eos,
+        alignment_layer=alignment_layer,
+        device=device,
+    )
+    written, text = attention_report(request)
+    if text:
+        typer.echo(text, nl=False)
+    for path in written:
+        typer.echo(f"wrote {path}", err=True)
+    if any(p.suffix == ".html" for p in written):
+        typer.echo(
+            "open explorer.html in a browser (it works offline): choose a sentence, kind, layer and head, "
+            "then click a token to see where it attends and eq. (1) with the model's numbers",
+            err=True,
+        )

@@ -1,0 +1,73 @@
+"""The attention explorer: one self-contained HTML file (script, style and data inline; no network).
+
+For a batch of sentences the reader chooses the sentence, the kind of attention, the layer and
+the head, sees every head of the layer as thumbnails, clicks a token to see where it attends
+(lines and shading, as bertviz's head view), and follows equation (1) for that token and head with
+the model's own numbers: q.k against every key (from the layer's own projections, captured
+while the model ran), divided by sqrt(d_k), the softmax (equal to the drawn row), and the largest
+contributions weight x |v| to the weighted sum of values. Masked positions are shown as masked.
+The page itself is `explorer.html` beside this module; the data replaces its placeholder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+
+from .extract import KINDS, Explanation
+
+PLACEHOLDER = "/*AIAYN_DATA*/"
+
+
+def explorer_html(explanations: list[Explanation], notes: list[str] | None = None) -> str:
+    """The explorer page for `explanations` (from `explain`, with their raw scores); `notes` are
+    shown under the title."""
+    page = resources.files(__package__).joinpath("explorer.html").read_text(encoding="utf-8")
+    data = {
+        "about": "Vaswani et al. (2017), §3.2: the three kinds of attention of a trained model. "
+        "Weights are the model's own (output_attentions=True); rows are queries, columns keys. "
+        "Decoder position t reads the token before y_t and predicts y_t." + "".join(" " + note for note in notes or []),
+        "d_k": explanations[0].d_k if explanations else 0,
+        "sentences": [_sentence(ex) for ex in explanations],
+    }
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    payload = payload.replace("</", "<\\/")  # nothing in the data can close the script element
+    return page.replace(PLACEHOLDER, payload)
+
+
+def _sentence(ex: Explanation) -> dict:
+    return {
+        "source": ex.source,
+        "target": ex.target,
+        "is_reference": ex.is_reference,
+        "source_tokens": ex.source_tokens,
+        "target_tokens": ex.target_tokens,
+        "decoder_input_tokens": ex.decoder_input_tokens,
+        "token_log_probs": [round(x, 4) for x in ex.token_log_probs],
+        "log_prob": ex.log_prob,
+        "score": ex.score,
+        "length_penalty": ex.length_penalty,
+        "kinds": {
+            kind: {
+                "attention": [_rounded(a[0], 5) for a in ex.attentions(kind)],  # [layer][head][query][key]
+                "scores": [_rounded(s, 4) for s in ex.raw_scores[kind]],  # q.k, null where masked
+                "value_norms": [_rounded(v, 3) for v in ex.value_norms[kind]],  # [layer][head][key]
+            }
+            for kind in KINDS
+        },
+    }
+
+
+def _rounded(tensor, digits: int) -> list:
+    """Nested lists of floats rounded to `digits` decimals; -inf (a masked score) becomes null."""
+
+    def walk(x):
+        if isinstance(x, list):
+            return [walk(y) for y in x]
+        return None if math.isinf(x) else round(x, digits)
+
+    return walk(tensor.float().tolist())
+
+
+__all__ = ["explorer_html"]
