@@ -15,7 +15,7 @@ import typer
 
 from .. import __version__
 from ..errors import AiaynError
-from .commands import average, evaluate, push, quickstart, train, train_tokenizer, translate
+from .commands import average, evaluate, paper, push, quickstart, train, train_tokenizer, translate
 
 app = typer.Typer(
     name="aiayn",
@@ -55,6 +55,7 @@ app.command("translate")(translate.translate)
 app.command("evaluate")(evaluate.evaluate)
 app.command("push")(push.push)
 app.command("quickstart")(quickstart.quickstart)
+app.command("paper")(paper.paper)
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..errors import AiaynError
 from .common import TopicResult, prepare_output_dir
 
-# Topic -> (module, needs --model)
+# Topic -> (module, needs --model and a sentence pair)
 TOPICS = {
     "positions": ("positions", False),
     "scaling": ("scaling", False),
@@ -51,6 +51,8 @@ def run_topic(
     module_name, needs_model = TOPICS[topic]
     if needs_model and model is None:
         raise AiaynError(f"aiayn paper {topic} needs --model (a folder saved by aiayn train, or a Hub id)")
+    if needs_model and (source is None or target is None):
+        raise AiaynError(f"aiayn paper {topic} needs a sentence pair: --source TEXT --target TEXT")
     if (source is None) != (target is None):
         raise AiaynError("--source and --target go together: give both sides of the sentence pair")
     for flag, text in (("--source", source), ("--target", target)):

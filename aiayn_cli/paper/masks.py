@@ -54,7 +54,10 @@ def run(output_dir: Path, model: str | None = None, source: str | None = None, t
     masks = batch_masks(batch, pad_id, start_id)
     rows = []
     for b in range(len(pairs)):
-        source_tokens, target_tokens = int(batch["attention_mask"][b].sum()), int(batch["decoder_attention_mask"][b].sum())
+        source_tokens, target_tokens = (
+            int(batch["attention_mask"][b].sum()),
+            int(batch["decoder_attention_mask"][b].sum()),
+        )
         rows.append(
             [
                 b,
