@@ -142,8 +142,8 @@ def _plot_dot_products(plt, dots: dict, output_dir: Path) -> Path:
 
 def _plot_rotation_and_naive(plt, errors: torch.Tensor, table: torch.Tensor, output_dir: Path) -> Path:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.semilogy(range(len(errors)), errors.clamp_min(1e-18).numpy(), ".")
-    left.set(xlabel="offset k", ylabel="max over pos of |M_k PE(pos) - PE(pos+k)|")
+    left.semilogy(range(1, len(errors)), errors[1:].numpy(), ".")  # k = 0: M_0 = I, no error at all
+    left.set(xlabel="offset k (k = 0: M_0 = I, exact)", ylabel="max over pos of |M_k PE(pos) - PE(pos+k)|")
     left.set_title(f"PE(pos+k) = M_k PE(pos): error in float64, pos < {POSITIONS}", fontsize=10)
     positions = torch.arange(1, table.size(0))
     d_model = table.size(1)

@@ -99,6 +99,7 @@ def _plot_variance(plt, variances: dict, output_dir: Path) -> Path:
     ax.loglog(dims, [v / d for d, v in variances.items()], "s", label="measured Var(q . k / sqrt(d_k))")
     ax.set(xlabel="d_k (dimensions per head)", ylabel="variance of the attention logit")
     ax.set_xticks(dims, [str(d) for d in dims])
+    ax.minorticks_off()
     ax.set_title("q . k for unit-variance q, k: variance d_k; divided by sqrt(d_k): 1")
     ax.legend()
     return save_figure(fig, output_dir / "scaling_variance.png")
@@ -121,9 +122,11 @@ def _plot_softmax(plt, stats: dict, output_dir: Path) -> Path:
         if log:
             ax.set_yscale("log")
         ax.set(xlabel="d_k", ylabel=label)
-    axes[1].axhline(math.log(KEYS), color="grey", linestyle=":", label=f"uniform over {KEYS} keys")
-    axes[1].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="center right")
+    axes[1].axhline(math.log(KEYS), color="grey", linestyle=":")
+    axes[1].text(D_K[0], math.log(KEYS), f"uniform over {KEYS} keys", va="bottom", fontsize=8)
     fig.suptitle(f"Attention of random queries over {KEYS} random keys, with and without the 1/sqrt(d_k) scale")
+    fig.tight_layout()
     return save_figure(fig, output_dir / "scaling_softmax.png")
 
 
@@ -175,7 +178,8 @@ def _trained_logit_scales(plt, model_path: str, output_dir: Path, result: TopicR
     ax.axhline(1.0, color="grey", linestyle="--", label="random unit-variance q, k (after the scale)")
     ax.set(ylabel="std of q.k / sqrt(d_k) over keys", xlabel="attention (stack, layer)")
     ax.tick_params(axis="x", rotation=30)
-    ax.set_title(f"Logit scale of each attention in {Path(model_path).name} (mean over heads and queries)")
+    name = "/".join(Path(model_path).parts[-2:])
+    ax.set_title(f"Logit scale of each attention in {name} (mean over heads and queries)")
     ax.legend()
     figure = save_figure(fig, output_dir / "scaling_trained_layers.png")
     rows = [[layer["attention"], f"{layer['logit_std']:.2f}", f"{layer['entropy']:.2f}"] for layer in layers]

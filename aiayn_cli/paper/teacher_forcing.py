@@ -150,8 +150,9 @@ def _plot(plt, comparison: Comparison, tokenizer, output_dir: Path) -> Path:
             table.text(t, y, word[:10], ha="center", va="center", fontsize=8)
     parting = comparison.parting
     if parting is not None:
-        table.axvline(parting - 0.5, color="tab:red", linewidth=2, label=f"free running parts at t = {parting}")
-        table.legend(loc="upper right", fontsize=8)
+        for ax in (table, bars):
+            ax.axvline(parting - 0.5, color="tab:red", linewidth=2, label=f"free running parts at t = {parting}")
+        bars.legend(loc="upper center", fontsize=8)
     table.set_ylim(len(rows) - 0.5, -0.5)
     table.set_yticks(range(len(rows)), [row[0] for row in rows], fontsize=8)
     table.set_title(
