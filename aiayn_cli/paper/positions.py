@@ -164,7 +164,7 @@ def _plot_learned(plt, model_path: str, output_dir: Path, result: TopicResult) -
     if learned is None:
         result.notes.append(f"{model_path} uses sinusoidal positions: no learned table to compare (Table 3 row E)")
         return []
-    length = min(128, learned.num_embeddings)
+    length = min(64, learned.num_embeddings)
     tables = {
         "learned (Table 3 row E)": learned.weight[:length].detach().double(),
         "sinusoidal (§3.5)": encoding(length, model.config.d_model),
@@ -178,8 +178,11 @@ def _plot_learned(plt, model_path: str, output_dir: Path, result: TopicResult) -
         image = axes[1, column].imshow((unit @ unit.T).numpy(), cmap="viridis", vmin=-1, vmax=1)
         axes[1, column].set(xlabel="position", ylabel="position", title=f"{name}: cosine similarity")
         fig.colorbar(image, ax=axes[1, column])
-    fig.suptitle(f"Learned positions of {Path(model_path).name} beside the sinusoids (first {length} positions)")
+    name = "/".join(Path(model_path).parts[-2:])
+    fig.suptitle(f"Learned positions of {name} beside the sinusoids (first {length} positions)")
+    fig.tight_layout()
     result.notes.append(
-        "the learned table is smooth only where training sentences reached; the sinusoids are defined everywhere"
+        "learned positions are trained only as far as the training sentences reach (their similarity has "
+        "structure there, noise beyond); the sinusoids are defined for every position"
     )
     return [save_figure(fig, output_dir / "positions_learned.png")]
