@@ -96,11 +96,12 @@ def _plot_masks(plt, masks: dict, batch: dict, tokenizer, output_dir: Path) -> P
             queries = source if name.startswith("encoder self") else decoder_input
             keys = decoder_input if name.startswith("decoder self") else source
             ax.imshow(masks[name][b].int().numpy(), cmap=colors, vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=8)
-            ax.set_yticks(range(len(queries)), queries, fontsize=8)
+            size = 8 if max(len(keys), len(queries)) <= 24 else 6
+            ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=size)
+            ax.set_yticks(range(len(queries)), queries, fontsize=size)
             ax.set_xlabel("key (attended to)")
             ax.set_ylabel("query")
             ax.set_title(f"sentence {b}: {name}", fontsize=10)
     fig.suptitle("The model's masks for one padded batch (blue: may attend; grey: set to -inf before the softmax)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     return save_figure(fig, output_dir / "masks.png", dpi=90)
