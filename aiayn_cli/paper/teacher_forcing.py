@@ -78,26 +78,7 @@ def run(output_dir: Path, model: str | None = None, source: str | None = None, t
     result = TopicResult("teacher-forcing", output_dir)
     result.numbers["comparison"] = comparison
     result.figures.append(_plot(pyplot(), comparison, tokenizer, output_dir))
-    words = {
-        name: token_strings(tokenizer, getattr(comparison, name))
-        for name in ("decoder_input", "labels", "forced", "free")
-    }
-    free_input = token_strings(tokenizer, [loaded.config.decoder_start_token_id, *comparison.free[:-1]])
-    rows = []
-    for t in range(max(len(comparison.labels), len(comparison.free))):
-        cell = lambda name, t=t: words[name][t] if t < len(words[name]) else ""  # noqa: E731
-        probability = f"{comparison.label_probabilities[t]:.2f}" if t < len(comparison.labels) else ""
-        rows.append(
-            [
-                t,
-                cell("decoder_input"),
-                cell("labels"),
-                cell("forced"),
-                probability,
-                free_input[t] if t < len(free_input) else "",
-                cell("free"),
-            ]
-        )
+    rows = _table_rows(comparison, tokenizer)
     header = ["t", "decoder input (teacher forcing)", "label", "teacher-forced choice", "p(label)"]
     header += ["decoder input (free running)", "free-running choice"]
     correct = sum(a == b for a, b in zip(comparison.forced, comparison.labels))
@@ -113,6 +94,25 @@ def run(output_dir: Path, model: str | None = None, source: str | None = None, t
     sections = [f"Source: {source}\n\nReference: {target}", markdown_table(header, rows)]
     write_markdown(result, "Teacher forcing against free-running decoding", sections)
     return result
+
+
+def _table_rows(comparison: Comparison, tokenizer) -> list[list]:
+    """One row per target position: both decoder inputs, the label, both choices, p(label)."""
+    columns = {
+        "decoder_input": comparison.decoder_input,
+        "labels": comparison.labels,
+        "forced": comparison.forced,
+        "free_input": [comparison.decoder_input[0], *comparison.free[:-1]],
+        "free": comparison.free,
+    }
+    words = {name: token_strings(tokenizer, ids) for name, ids in columns.items()}
+    rows = []
+    for t in range(max(len(comparison.labels), len(comparison.free))):
+        cell = {name: values[t] if t < len(values) else "" for name, values in words.items()}
+        probability = f"{comparison.label_probabilities[t]:.2f}" if t < len(comparison.labels) else ""
+        rows.append([t, cell["decoder_input"], cell["labels"], cell["forced"], probability])
+        rows[-1] += [cell["free_input"], cell["free"]]
+    return rows
 
 
 def _free_running_note(mistake: int | None, parting: int | None) -> str:
