@@ -50,7 +50,7 @@ def softmax_statistics(d_k: int, scaled: bool, seed: int = 0) -> dict[str, float
     }
 
 
-def run(output_dir: Path, model: str | None = None, **_) -> TopicResult:
+def run(output_dir: Path, model: str | None = None, source: str | None = None, target: str | None = None, **_):
     result = TopicResult("scaling", output_dir)
     variances = {d: dot_product_variance(d) for d in D_K}
     stats = {(d, scaled): softmax_statistics(d, scaled) for d in D_K for scaled in (True, False)}
@@ -84,7 +84,8 @@ def run(output_dir: Path, model: str | None = None, **_) -> TopicResult:
         f"(scaled: {stats[last, True]['gradient_norm']:.1e})",
     ]
     if model is not None:
-        figure, table = _trained_logit_scales(plt, model, output_dir, result)
+        pairs = list(SENTENCE_PAIRS) if source is None else [*SENTENCE_PAIRS, (source, target)]
+        figure, table = _trained_logit_scales(plt, model, pairs, output_dir, result)
         result.figures.append(figure)
         sections.append(table)
     write_markdown(result, "Why divide by sqrt(d_k) (§3.2.1)", sections)
@@ -166,11 +167,11 @@ def layer_logit_scales(model, tokenizer, pairs=SENTENCE_PAIRS) -> list[dict]:
     return layers
 
 
-def _trained_logit_scales(plt, model_path: str, output_dir: Path, result: TopicResult):
+def _trained_logit_scales(plt, model_path: str, pairs, output_dir: Path, result: TopicResult):
     from .common import load_model
 
     model, tokenizer = load_model(model_path)
-    layers = layer_logit_scales(model, tokenizer)
+    layers = layer_logit_scales(model, tokenizer, pairs)
     result.numbers["trained_layers"] = layers
     fig, ax = plt.subplots(figsize=(9, 4))
     names = [layer["attention"] for layer in layers]
