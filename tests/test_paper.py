@@ -45,6 +45,10 @@ def test_positions_rotation_error_is_below_1e6_and_recomputed_independently(tmp_
     assert printed <= 1e-6
     assert f"{printed:.2e}" in " ".join(result.notes)
     # the model's table is the formula (float64) and the library's M_k is the block-diagonal rotation
+    from aiayn_cli.model.modeling_aiayn import sinusoidal_positional_encoding
+
+    assert sinusoidal_positional_encoding(torch.arange(4), 8).dtype == torch.float32  # the model's default
+    assert positions.encoding(4, 8).dtype == torch.float64
     model_table = positions.encoding(last_pos + last_k + 1, d_model).numpy()
     assert np.abs(model_table - table).max() < 1e-9
     m_7 = positions.rotation_matrix(torch.from_numpy(table[7])).numpy()
