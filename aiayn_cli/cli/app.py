@@ -16,7 +16,7 @@ import typer
 
 from .. import __version__
 from ..errors import AiaynError, first_line
-from .commands import attention, average, evaluate, push, quickstart, recipes, train, train_tokenizer, translate
+from .commands import attention, average, evaluate, paper, push, quickstart, recipes, train, train_tokenizer, translate
 
 app = typer.Typer(
     name="aiayn",
@@ -60,6 +60,7 @@ app.command("evaluate")(evaluate.evaluate)
 app.command("push")(push.push)
 app.command("quickstart")(quickstart.quickstart)
 app.command("attention")(attention.attention)
+app.command("paper")(paper.paper)
 app.command("recipes")(recipes.recipes)
 
 

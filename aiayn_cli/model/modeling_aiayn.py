@@ -192,18 +192,21 @@ class Embeddings(nn.Embedding):
 # ---------------------------------------------------------------------------------------------
 
 
-def sinusoidal_positional_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+def sinusoidal_positional_encoding(
+    positions: torch.Tensor, d_model: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """The §3.5 table for `positions` (shape `(T,)`), interleaved: even columns sin, odd columns cos.
 
-    Computed in float64 (float32 on MPS) and returned in float32, so it matches the formula to
-    ~1e-7 at every position. It is computed, not stored: nothing to save, nothing that the
-    meta-device construction of `from_pretrained` could leave uninitialized.
+    Computed in float64 (float32 on MPS) and returned in `dtype` (float32 by default), so it matches
+    the formula to ~1e-7 at every position (to float64's precision with `dtype=torch.float64`). It is
+    computed, not stored: nothing to save, nothing that the meta-device construction of
+    `from_pretrained` could leave uninitialized.
     """
-    dtype = torch.float32 if positions.device.type == "mps" else torch.float64
-    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=dtype)  # 2i
-    angles = positions.to(dtype)[:, None] / torch.pow(10000.0, two_i / d_model)[None, :]  # (T, d_model/2)
+    compute_dtype = torch.float32 if positions.device.type == "mps" else torch.float64
+    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=compute_dtype)  # 2i
+    angles = positions.to(compute_dtype)[:, None] / torch.pow(10000.0, two_i / d_model)[None, :]  # (T, d_model/2)
     encoding = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, d_model/2, 2)
-    return encoding.flatten(-2)[:, :d_model].float()  # (T, d_model)
+    return encoding.flatten(-2)[:, :d_model].to(dtype)  # (T, d_model)
 
 
 class PositionalEncoding(nn.Module):

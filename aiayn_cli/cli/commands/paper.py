@@ -1,0 +1,52 @@
+"""`aiayn paper TOPIC`: the paper's claims, computed by the project's own code, as figures and tables.
+
+aiayn paper positions -o paper                 # §3.5: sinusoids, wavelengths, PE(pos+k) = M_k PE(pos)
+aiayn paper scaling                            # §3.2.1: why divide by sqrt(d_k)
+aiayn paper masks                              # §3.2.3: the masks of a padded batch
+aiayn paper complexity                         # §4, Table 1: measured on this machine
+aiayn paper teacher-forcing --model runs/x/averaged --source "A dog runs." --target "Ein Hund rennt."
+aiayn paper normalization                      # LayerNorm against BatchNorm
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+TOPICS_HELP = "positions, scaling, masks, complexity, teacher-forcing or normalization"
+
+
+def paper(
+    topic: Annotated[str, typer.Argument(help=f"What to show: {TOPICS_HELP}.", show_default=False)],
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", "-o", help="Where the PNG figures and the markdown table go.")
+    ] = Path("paper"),
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            metavar="PATH_OR_HUB_ID",
+            help="A model saved by aiayn train: needed by teacher-forcing; adds the trained model's view to "
+            "positions (learned positions), scaling (its logit scales), masks and normalization (its tokenizer).",
+            show_default=False,
+        ),
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="A source sentence (with --target).", show_default=False)
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", help="Its reference translation (with --source).", show_default=False)
+    ] = None,
+) -> None:
+    """Show one of the paper's claims with figures and numbers computed by aiayn's own code."""
+    from ...paper import run_topic
+
+    result = run_topic(topic, output_dir, model=model, source=source, target=target)
+    typer.echo(f"aiayn paper {topic}: what to notice")
+    for note in result.notes:
+        typer.echo(f"  - {note}")
+    for path in [*result.figures, result.table]:
+        typer.echo(f"wrote {path}")
