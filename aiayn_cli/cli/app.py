@@ -15,7 +15,7 @@ import typer
 
 from .. import __version__
 from ..errors import AiaynError
-from .commands import average, evaluate, push, quickstart, train, train_tokenizer, translate
+from .commands import average, evaluate, export, push, quickstart, serve, train, train_tokenizer, translate
 
 app = typer.Typer(
     name="aiayn",
@@ -54,6 +54,8 @@ app.command("average")(average.average)
 app.command("translate")(translate.translate)
 app.command("evaluate")(evaluate.evaluate)
 app.command("push")(push.push)
+app.command("serve")(serve.serve)
+app.command("export")(export.export)
 app.command("quickstart")(quickstart.quickstart)
 
 
