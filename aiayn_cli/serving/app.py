@@ -34,7 +34,6 @@ from ..errors import AiaynError
 from .batcher import DynamicBatcher
 from .limits import Limits
 
-
 # ---------------------------------------------------------------------------------------------
 # The schema (also the OpenAPI schema at /openapi.json and the docs at /docs)
 # ---------------------------------------------------------------------------------------------
