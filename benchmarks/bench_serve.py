@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--input", type=Path, default=None, help="sentences, one per line (with --model)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--requests", type=int, default=48, help="requests per measurement")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="each server's CPU threads")
     parser.add_argument("--new-tokens", type=int, default=20, help="max_len_b of the random model's requests")
     args = parser.parse_args()
@@ -123,6 +123,8 @@ def main() -> None:
             "one at a time": start_server(args.model, args.threads, "--token-budget", "1"),
         }
         try:
+            for _, url in servers.values():  # warm up: the first requests prepare the decoder
+                load(url, [{"text": sentences[i], **options} for i in range(8)], 4)
             rows = measure(args, servers, sentences, options)
         finally:
             for process, _ in servers.values():
