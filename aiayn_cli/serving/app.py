@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import re
 from dataclasses import asdict
 from typing import Annotated, Literal
 
@@ -134,8 +135,11 @@ def create_app(translator: Translator, limits: Limits | None = None, info: dict 
         sentences = check_sentences(body, limits)
         options = decoding_overrides(body)
         on_long = options.pop("on_long")
-        translator.decoding_options(**options)  # raises AiaynError: 422
-        ids = translator.encode(sentences, on_long=on_long, source="text item", first_line=0)
+        try:
+            translator.decoding_options(**options)
+            ids = translator.encode(sentences, on_long=on_long, source="text item", first_line=0)
+        except AiaynError as err:  # 422, in the request's own names
+            raise AiaynError(request_names(str(err))) from None
         tokens = sum(len(x) for x in ids if x is not None)
         results = await request.app.state.batcher.translate(sentences, tokens, {**options, "on_long": on_long})
         return TranslateResponse(translations=[as_translation(hyps) for hyps in results])
@@ -173,6 +177,12 @@ def check_sentences(body: TranslateRequest, limits: Limits) -> list[str]:
         except UnicodeEncodeError:
             raise AiaynError(f"text item {i}: not valid Unicode (a lone surrogate escape)") from None
     return sentences
+
+
+def request_names(message: str) -> str:
+    """A `Translator` message in the names of the request's fields."""
+    message = message.replace("text item line ", "text item ").replace("--on-long", "on_long")
+    return re.sub(r"\bnum_beams\b", "beam", message.replace("decoding options: ", ""))
 
 
 def as_translation(hyps: list[tuple[str, float]]) -> Translation:
