@@ -202,7 +202,9 @@ translator = ctranslate2.Translator(folder, device="cpu", compute_type="default"
 
 sentences = ["A man rides a bike."]
 source = [tokenizer.convert_ids_to_tokens(tokenizer(s)["input_ids"]) for s in sentences]  # ends with </s>
-results = translator.translate_batch(source, beam_size={beam}, length_penalty={alpha}, max_decoding_length=256)
+results = translator.translate_batch(
+    source, beam_size={beam}, length_penalty={alpha}, min_decoding_length=0, max_decoding_length=256
+)
 print([tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True) for r in results])
 ```
 
@@ -210,5 +212,6 @@ CTranslate2 divides a hypothesis's log-probability by |Y|^alpha, not by the pape
 ((5 + |Y|) / 6)^alpha that `aiayn translate` uses by default: its translations are those of
 `aiayn translate --length-penalty-style hf` (with the same beam and alpha), not always those of
 plain `aiayn translate`. `max_decoding_length` is a number of tokens for every sentence, where
-`aiayn translate` allows |x| + 50 per sentence.
+`aiayn translate` allows |x| + 50 per sentence; `min_decoding_length=0` allows an empty translation,
+as `aiayn translate` does.
 """
