@@ -7,8 +7,9 @@ Two `aiayn serve` processes on 127.0.0.1 hold the same model: one batches the re
 while it is busy (the default `--token-budget`), the other decodes one request at a time
 (`--token-budget 1`). For each number of clients, each server gets the same `--requests` requests
 (one sentence each, beam 4), the two servers taking turns within each repetition; each client sends
-its next request when the last is answered. Reported: requests per second, the ratio batched / one
-at a time, and the p50 / p99 latency of the batched server.
+its next request when the last is answered. Reported: requests per second of wall-clock time and per
+second of the server's CPU time (steadier where other jobs share the CPU), the ratios batched / one
+at a time, and the p50 / p99 latencies.
 
 Without `--model`, the model is a random `small` one (d_model 256, 3 + 3 layers, a word-level
 vocabulary of 8,000) and the sentences are 8 to 20 random words; every request asks for
@@ -94,6 +95,12 @@ def load(url: str, bodies: list[dict], clients: int) -> tuple[float, list[float]
     return time.perf_counter() - start, latencies
 
 
+def cpu_seconds(process: subprocess.Popen) -> float:
+    """User + system CPU time of a server process so far (Linux: /proc/PID/stat)."""
+    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
@@ -132,13 +139,16 @@ def main() -> None:
                 process.wait(timeout=120)
     print(f"\n{machine()}; each server {args.threads} threads; model {args.model.name if args.model else 'small'}")
     print(f"{args.requests} requests of one sentence per measurement, beam 4, medians of {args.repeats} repetitions")
+    print("req/s: per wall-clock second; req/CPU-s: per second of the server's CPU time (steadier on a busy machine)")
     print(
-        "\n| clients | batched req/s | one at a time req/s | ratio | batched p50 / p99 (s) | one at a time p50 / p99 (s) |"
+        "\n| clients | batched req/s | one at a time req/s | ratio | batched req/CPU-s | one at a time req/CPU-s "
+        "| ratio | batched p50 / p99 (s) | one at a time p50 / p99 (s) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['clients']} | {r['batched']:.2f} | {r['single']:.2f} | {r['batched'] / r['single']:.2f}x | "
+            f"{r['batched_cpu']:.2f} | {r['single_cpu']:.2f} | {r['batched_cpu'] / r['single_cpu']:.2f}x | "
             f"{r['p50']:.2f} / {r['p99']:.2f} | {r['single_p50']:.2f} / {r['single_p99']:.2f} |"
         )
 
@@ -148,19 +158,29 @@ def measure(args, servers, sentences, options) -> list[dict]:
     rows = []
     for clients in args.clients:
         rates: dict[str, list[float]] = {name: [] for name in servers}
+        cpu_rates: dict[str, list[float]] = {name: [] for name in servers}
         latencies: dict[str, list[float]] = {name: [] for name in servers}
         for _ in range(args.repeats):
             bodies = [{"text": rng.choice(sentences), **options} for _ in range(args.requests)]
-            for name, (_, url) in servers.items():
+            for name, (process, url) in servers.items():
+                cpu = cpu_seconds(process)
                 seconds, times = load(url, bodies, clients)
+                cpu = cpu_seconds(process) - cpu
                 rates[name].append(args.requests / seconds)
+                cpu_rates[name].append(args.requests / cpu)
                 latencies[name] += times
-                print(f"{clients} clients, {name}: {args.requests / seconds:.2f} req/s", file=sys.stderr, flush=True)
+                print(
+                    f"{clients} clients, {name}: {args.requests / seconds:.2f} req/s, {args.requests / cpu:.2f} req/CPU-s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         rows.append(
             {
                 "clients": clients,
                 "batched": statistics.median(rates["batched"]),
                 "single": statistics.median(rates["one at a time"]),
+                "batched_cpu": statistics.median(cpu_rates["batched"]),
+                "single_cpu": statistics.median(cpu_rates["one at a time"]),
                 "p50": percentile(latencies["batched"], 50),
                 "p99": percentile(latencies["batched"], 99),
                 "single_p50": percentile(latencies["one at a time"], 50),
