@@ -4,6 +4,7 @@
   `GET /v1/model`, the OpenAPI schema and docs, and the page at `/`.
 * `batcher.py`: `DynamicBatcher`, one worker that decodes together the requests that arrive while
   the model is busy, up to a token budget.
+* `limits.py`: `Limits`, what one request may hold (413 / 422 above it) and the batching budget.
 * `server.py`: `serve`, uvicorn on the app, with a graceful stop on SIGTERM / SIGINT.
 * `ctranslate2.py`: `export_ctranslate2`, the model as a CTranslate2 Transformer.
 

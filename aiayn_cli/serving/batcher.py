@@ -116,7 +116,7 @@ class DynamicBatcher:
                         job.future.set_result(results[start : start + len(job.sentences)])
                     start += len(job.sentences)
             self.rounds += 1
-            self.decoding = 0  # requests in the round being decoded
+            self.decoding = 0
 
     def _decode(self, sentences: list[str], options: dict) -> list[list[tuple[str, float]]]:
         return self.translator.translate_nbest(
