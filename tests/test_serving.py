@@ -227,6 +227,7 @@ def test_a_signal_during_a_burst_answers_every_accepted_request_and_exits_0(mode
     assert_same([as_pairs(results[i][1])[0] for i in range(len(sentences))], want)
 
 
+@pytest.mark.slow
 def test_serve_on_a_busy_port_is_one_line_and_exit_2(model_dir):
     import socket
 
