@@ -24,7 +24,7 @@ def export(
         ),
     ] = "float32",
 ) -> None:
-    """Export a model for a fast runtime: CTranslate2 (pip install 'aiayn-cli[ctranslate2]')."""
+    """Export a model for a fast runtime: CTranslate2 (the package's ctranslate2 extra)."""
     from ...errors import AiaynError
 
     if to not in TARGETS:
