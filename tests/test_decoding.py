@@ -345,9 +345,9 @@ def test_sampling_is_seeded_and_filters():
     assert all(len(s) == 3 for s in first)
     other = decode(model, ids, mask, DecodingOptions(**{**sample.__dict__, "seed": 8}))
     assert [[h.tokens for h in s] for s in other] != [[h.tokens for h in s] for s in first]
-    # top-k = 1 and a tiny top-p leave one candidate: sampling becomes greedy search.
+    # top-k = 1 and a tiny top-p (even one below float32's precision) leave one candidate: greedy search.
     greedy = [h[0].tokens for h in decode(model, ids, mask, DecodingOptions(num_beams=1, max_len_a=0, max_len_b=15))]
-    for narrow in ({"top_k": 1}, {"top_p": 1e-6}):
+    for narrow in ({"top_k": 1}, {"top_p": 1e-6}, {"top_p": 5e-324}):
         options = DecodingOptions(num_beams=1, do_sample=True, seed=1, max_len_a=0, max_len_b=15, **narrow)
         assert [h[0].tokens for h in decode(model, ids, mask, options)] == greedy
 

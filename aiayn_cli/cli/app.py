@@ -16,7 +16,20 @@ import typer
 
 from .. import __version__
 from ..errors import AiaynError, first_line
-from .commands import attention, average, evaluate, paper, push, quickstart, recipes, train, train_tokenizer, translate
+from .commands import (
+    attention,
+    average,
+    evaluate,
+    export,
+    paper,
+    push,
+    quickstart,
+    recipes,
+    serve,
+    train,
+    train_tokenizer,
+    translate,
+)
 
 app = typer.Typer(
     name="aiayn",
@@ -58,6 +71,8 @@ app.command("average")(average.average)
 app.command("translate")(translate.translate)
 app.command("evaluate")(evaluate.evaluate)
 app.command("push")(push.push)
+app.command("serve")(serve.serve)
+app.command("export")(export.export)
 app.command("quickstart")(quickstart.quickstart)
 app.command("attention")(attention.attention)
 app.command("paper")(paper.paper)

@@ -313,6 +313,7 @@ def _sample(logits: torch.Tensor, options: DecodingOptions, generator: torch.Gen
         sorted_logits, sorted_ids = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         outside = probs.cumsum(dim=-1) - probs >= options.top_p  # the token that crosses top_p stays in
+        outside[:, 0] = False  # and the most likely one always does (top_p below float precision)
         logits = logits.scatter(-1, sorted_ids, sorted_logits.masked_fill(outside, -math.inf))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 

@@ -1,0 +1,74 @@
+"""`aiayn serve`: translate over HTTP (FastAPI + uvicorn), with a page for people at `/`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ...serving.limits import Limits
+
+LIMITS = "Limits and batching"
+
+
+def serve(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
+        ),
+    ] = ...,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface; mind who can reach it).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8000,
+    device: Annotated[
+        str, typer.Option("--device", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.")
+    ] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="As aiayn translate --dtype.")] = "fp32",
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", min=1, help="CPU threads (default: PyTorch's, one per core).", show_default=False),
+    ] = None,
+    max_body_bytes: Annotated[
+        int, typer.Option("--max-body-bytes", min=1, rich_help_panel=LIMITS, help="Largest request body (413 above).")
+    ] = Limits.max_body_bytes,
+    max_sentences: Annotated[
+        int, typer.Option("--max-sentences", min=1, rich_help_panel=LIMITS, help="Sentences per request (422 above).")
+    ] = Limits.max_sentences,
+    max_chars: Annotated[
+        int,
+        typer.Option("--max-chars", min=1, rich_help_panel=LIMITS, help="Characters per sentence (422 above)."),
+    ] = Limits.max_chars,
+    token_budget: Annotated[
+        int,
+        typer.Option(
+            "--token-budget",
+            min=1,
+            rich_help_panel=LIMITS,
+            help="Source tokens of the waiting requests decoded together in one round.",
+        ),
+    ] = Limits.token_budget,
+    max_tokens: Annotated[
+        int,
+        typer.Option("--max-tokens", min=1, rich_help_panel=LIMITS, help="Source tokens per batch, padding included."),
+    ] = Limits.max_tokens,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, rich_help_panel=LIMITS, help="Sentences per batch.")
+    ] = Limits.batch_size,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug.")
+    ] = "info",
+) -> None:
+    """Serve a model over HTTP: POST /v1/translate, GET /v1/health, GET /v1/model, docs at /docs, a page at /."""
+    from ...serving.server import serve as run_server
+
+    limits = Limits(
+        max_body_bytes=max_body_bytes,
+        max_sentences=max_sentences,
+        max_chars=max_chars,
+        token_budget=token_budget,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+    )
+    run_server(model, host, port, device=device, dtype=dtype, threads=threads, limits=limits, log_level=log_level)

@@ -1,0 +1,283 @@
+"""The HTTP API of `aiayn serve`, on FastAPI: translate, health, model information, and a page.
+
+    from aiayn_cli.decoding import Translator
+    from aiayn_cli.serving.app import create_app
+    from aiayn_cli.serving.limits import Limits
+
+    app = create_app(Translator.from_pretrained("runs/base"), Limits(max_sentences=64))
+    # uvicorn.run(app, host="127.0.0.1", port=8000), or `aiayn serve --model runs/base`
+
+`POST /v1/translate` takes the options of `aiayn translate` (same names without dashes, same
+defaults: the model's generation_config) and answers what `aiayn translate` prints for the same
+sentences. Every error is one JSON object `{"error": "one line"}` with its status: 400 for a body
+that is not JSON or not UTF-8, 413 for a body over the size limit, 422 for a request that breaks
+the schema or a limit (sentences per request, characters per sentence) or asks for what this
+version cannot do (word alignments).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+from dataclasses import asdict
+from typing import Annotated, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+
+from ..decoding.translator import Translator
+from ..errors import AiaynError
+from .batcher import DynamicBatcher
+from .limits import Limits
+
+# ---------------------------------------------------------------------------------------------
+# The schema (also the OpenAPI schema at /openapi.json and the docs at /docs)
+# ---------------------------------------------------------------------------------------------
+
+Finite = dict(allow_inf_nan=False)
+
+
+class TranslateRequest(BaseModel):
+    """The options of `aiayn translate`; those left out take the model's generation_config values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | list[str] = Field(description="A sentence, or a list of sentences (one translation each).")
+    beam: Annotated[int | None, Field(ge=1, le=32, description="Beam size; 1 is greedy search.")] = None
+    nbest: Annotated[int, Field(ge=1, le=32, description="Hypotheses per sentence (at most beam).")] = 1
+    alignment: bool = Field(False, description="Word alignments (not available in this version: 422).")
+    length_penalty: Annotated[float | None, Field(ge=-10, le=10, **Finite, description="alpha.")] = None
+    length_penalty_style: Literal["gnmt", "hf"] | None = None
+    max_len_a: Annotated[float | None, Field(ge=0, le=10, **Finite)] = None
+    max_len_b: Annotated[int | None, Field(ge=0, le=1024)] = None
+    sample: bool = Field(False, description="Sample instead of searching (beam 1).")
+    temperature: Annotated[float | None, Field(ge=0.01, le=100, **Finite)] = None
+    top_k: Annotated[int | None, Field(ge=0, le=1_000_000)] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1, **Finite)] = None
+    seed: Annotated[int | None, Field(ge=0, le=2**63 - 1)] = None
+    on_long: Literal["truncate", "skip", "error"] = "truncate"
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float = Field(description="log p(y | x) / lp(|y|), |y| counting </s>.")
+
+
+class Translation(BaseModel):
+    text: str = Field(description="The best translation ('' for an empty or skipped sentence).")
+    score: float | None = Field(description="Its score (null for an empty or skipped sentence).")
+    hypotheses: list[Hypothesis] = Field(description="The nbest hypotheses, best first.")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[Translation]
+
+
+class ErrorResponse(BaseModel):
+    error: str
+
+
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 413, 422)}
+
+
+def decoding_overrides(request: TranslateRequest) -> dict:
+    """The `Translator.translate_nbest` options of a request, as `aiayn translate` builds them."""
+    return dict(
+        num_beams=1 if request.sample else request.beam,
+        nbest=request.nbest,
+        length_penalty=request.length_penalty,
+        length_penalty_style=request.length_penalty_style,
+        max_len_a=request.max_len_a,
+        max_len_b=request.max_len_b,
+        do_sample=request.sample or None,
+        temperature=request.temperature,
+        top_k=request.top_k,
+        top_p=request.top_p,
+        seed=request.seed,
+        on_long=request.on_long,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The application
+# ---------------------------------------------------------------------------------------------
+
+
+def create_app(translator: Translator, limits: Limits | None = None, info: dict | None = None) -> FastAPI:
+    """The FastAPI application that serves `translator`; `info` is added to `GET /v1/model`."""
+    limits = limits or Limits()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher = DynamicBatcher(translator, limits.token_budget, limits.max_tokens, limits.batch_size)
+        batcher.start()
+        app.state.batcher = batcher
+        yield
+        await batcher.stop()  # uvicorn has answered every request by now
+
+    app = FastAPI(
+        title="aiayn",
+        summary="Translation with the Transformer of 'Attention Is All You Need'.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    install_error_handlers(app)
+    page = importlib.resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+
+    @app.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS)
+    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
+        """Translate one sentence or a list: what `aiayn translate` prints for the same sentences and options."""
+        sentences = check_sentences(body, limits)
+        options = decoding_overrides(body)
+        on_long = options.pop("on_long")
+        try:
+            translator.decoding_options(**options)
+            ids = translator.encode(sentences, on_long=on_long, source="text item", first_line=0)
+        except AiaynError as err:  # 422, in the request's own names
+            raise AiaynError(request_names(err)) from None
+        tokens = sum(len(x) for x in ids if x is not None)
+        results = await request.app.state.batcher.translate(sentences, tokens, {**options, "on_long": on_long})
+        return TranslateResponse(translations=[as_translation(hyps) for hyps in results])
+
+    @app.get("/v1/health")
+    async def health(request: Request) -> dict:
+        """`ok` while the server takes requests; requests waiting and being decoded; rounds decoded so far."""
+        batcher = request.app.state.batcher
+        return {"status": "ok", "waiting": len(batcher.waiting), "decoding": batcher.decoding, "rounds": batcher.rounds}
+
+    @app.get("/v1/model")
+    async def model() -> dict:
+        """The model's languages and sizes, the decoding defaults and the server's limits."""
+        return model_info(translator, limits, info or {})
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    return app
+
+
+def check_sentences(body: TranslateRequest, limits: Limits) -> list[str]:
+    """The request's sentences, or `AiaynError` (422) naming the limit it breaks."""
+    if body.alignment:
+        raise AiaynError("alignment: word alignments are not available in this version")
+    sentences = [body.text] if isinstance(body.text, str) else list(body.text)
+    if len(sentences) > limits.max_sentences:
+        raise AiaynError(f"text: {len(sentences)} sentences, more than the limit of {limits.max_sentences}")
+    for i, sentence in enumerate(sentences):
+        if len(sentence) > limits.max_chars:
+            raise AiaynError(f"text item {i}: {len(sentence)} characters, more than the limit of {limits.max_chars}")
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            raise AiaynError(f"text item {i}: not valid Unicode (a lone surrogate escape)") from None
+    return sentences
+
+
+# The request's field for each library key whose name differs (the others are the same).
+REQUEST_FIELDS = {"num_beams": "beam", "do_sample": "sample"}
+
+
+def request_names(err: AiaynError) -> str:
+    """A library error in the names of the request's fields."""
+    return err.render(lambda key: REQUEST_FIELDS.get(key, key)).replace("text item line ", "text item ")
+
+
+def as_translation(hyps: list[tuple[str, float]]) -> Translation:
+    hypotheses = [Hypothesis(text=text, score=score) for text, score in hyps]
+    if not hypotheses:
+        return Translation(text="", score=None, hypotheses=[])
+    return Translation(text=hypotheses[0].text, score=hypotheses[0].score, hypotheses=hypotheses)
+
+
+def model_info(translator: Translator, limits: Limits, info: dict) -> dict:
+    config = translator.model.config
+    decoding = asdict(translator.decoding_options())
+    return {
+        **info,
+        "sizes": {
+            "vocab_size": config.vocab_size,
+            "d_model": config.d_model,
+            "d_ff": config.d_ff,
+            "num_heads": config.num_heads,
+            "num_encoder_layers": config.num_encoder_layers,
+            "num_decoder_layers": config.num_decoder_layers,
+            "parameters": sum(p.numel() for p in translator.model.parameters()),
+            "max_source_tokens": translator.max_source_tokens,
+        },
+        "decoding": {k: v for k, v in decoding.items() if k != "seed"},
+        "device": str(translator.device),
+        "dtype": str(translator.model.dtype).removeprefix("torch."),
+        "limits": asdict(limits),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: one line of JSON, the right status
+# ---------------------------------------------------------------------------------------------
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AiaynError)
+    async def user_error(request: Request, err: AiaynError) -> JSONResponse:
+        return error(422, str(err))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0]
+        if first.get("type") == "json_invalid":
+            position = first.get("loc", ("body", 0))[-1]
+            reason = first.get("ctx", {}).get("error", "JSON decode error")
+            return error(400, f"the body is not valid JSON: {reason} at character {position}")
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
+        if where == "body" and first.get("type") == "model_attributes_type":
+            return error(422, "the body must be a JSON object, sent with Content-Type: application/json")
+        return error(422, f"{where}: {first.get('msg', 'invalid')}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        message = str(err.detail)
+        if err.status_code == 400 and message == "There was an error parsing the body":
+            message = "the body is not valid JSON in UTF-8"
+        return error(err.status_code, message)
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, max_bytes: int):
+        super().__init__(413, f"the body is larger than the limit of {max_bytes} bytes")
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `max_bytes`, by its Content-Length or as it arrives."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = Headers(scope=scope).get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            await error(413, BodyTooLarge(self.max_bytes).detail)(scope, receive, send)
+            return
+        received = 0
+
+        async def counting_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)  # FastAPI hands it to the HTTPException handler
+            return message
+
+        await self.app(scope, counting_receive, send)

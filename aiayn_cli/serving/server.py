@@ -1,0 +1,63 @@
+"""`aiayn serve`: the API of `app.py` on uvicorn, stopped gracefully by SIGTERM or SIGINT.
+
+On SIGTERM or SIGINT uvicorn stops accepting connections, lets every request in flight get its
+answer, then the batcher stops and the process exits 0 (a second SIGINT quits at once).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from ..errors import AiaynError
+from .app import create_app
+from .limits import Limits
+
+
+def serve(
+    model: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str | None = None,
+    dtype: str | None = None,
+    threads: int | None = None,
+    limits: Limits | None = None,
+    log_level: str = "info",
+) -> None:
+    """Load `model` (a folder or a Hub id) and serve it until SIGTERM or SIGINT."""
+    import torch
+    import uvicorn
+
+    from ..decoding.translator import Translator
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    translator = Translator.from_pretrained(model, device=device, dtype=dtype)
+    info = {"model": model, **languages(model)}
+    app = create_app(translator, limits, info)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False)
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal that stopped it once it is done; a handler that does nothing
+    # turns that into a normal return, so a graceful stop exits 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot listen; it has said why
+        server.started = False
+    if not server.started:
+        raise AiaynError(f"--host {host} --port {port}: could not listen there (see the message above)")
+
+
+def languages(model: str) -> dict:
+    """`source_lang` and `target_lang` from the recipe saved beside a local model folder, where it has them."""
+    from ..hub.publish import RECIPE_NAMES, find_beside, languages_from_recipe
+
+    folder = Path(model)
+    if not folder.is_dir():
+        return {}
+    try:
+        source, target, _ = languages_from_recipe(find_beside(folder, RECIPE_NAMES))
+    except (AiaynError, OSError):  # a recipe we cannot read only costs the languages
+        return {}
+    return {"source_lang": source, "target_lang": target}

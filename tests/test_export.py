@@ -1,0 +1,132 @@
+"""`aiayn export --to ctranslate2`: CTranslate2 computes the model's own probabilities and, with the
+|Y|^alpha length penalty, finds the translations of `aiayn translate --length-penalty-style hf`."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+from conftest import run_cli, word_level_tokenizer  # noqa: E402
+from test_decoding import tiny_model  # noqa: E402
+
+from aiayn_cli.decoding.translator import Translator  # noqa: E402
+from aiayn_cli.serving.ctranslate2 import export_ctranslate2  # noqa: E402
+
+MAX_LEN = 30  # tokens before </s>: aiayn's max_len_b with max_len_a 0, CTranslate2's max_decoding_length
+
+
+def saved_model(folder, **overrides):
+    """A random tiny model whose translations end at varied lengths, with a 40-word tokenizer."""
+    model = tiny_model(**overrides)
+    if overrides.get("tie_word_embeddings"):  # lean towards </s> through the tied embedding matrix
+        eos = model.lm_head.weight[model.config.eos_token_id]
+        with torch.no_grad():
+            model.model.decoder.layers[-1].feed_forward_sublayer.norm.bias.add_(8.0 * eos / eos.norm())
+    model.save_pretrained(folder)
+    word_level_tokenizer(40).save_pretrained(folder)
+    return folder
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(f"w{rng.randrange(36)}" for _ in range(rng.randint(1, 12))) for _ in range(n)]
+
+
+def ct2_best(folder, translator: Translator, inputs: list[str], beam: int) -> list[tuple[str, float, int]]:
+    """CTranslate2's best hypothesis of each input: text, score and number of tokens (without </s>)."""
+    model = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
+    tokenizer = translator.tokenizer
+    source = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(inputs)["input_ids"]]
+    results = model.translate_batch(
+        source,
+        beam_size=beam,
+        length_penalty=0.6,
+        min_decoding_length=0,
+        max_decoding_length=MAX_LEN,
+        return_scores=True,
+    )
+    return [
+        (translator.detokenize(tokenizer.convert_tokens_to_ids(r.hypotheses[0])), r.scores[0], len(r.hypotheses[0]))
+        for r in results
+    ]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"tie_word_embeddings": True}, {"pre_norm": True}, {"positional_encoding": "learned"}],
+    ids=["paper", "tied", "pre_norm", "learned_positions"],
+)
+def test_ctranslate2_gives_aiayn_translate_hf(tmp_path, overrides):
+    model_dir = saved_model(tmp_path / "model", **overrides)
+    export_ctranslate2(model_dir, tmp_path / "ct2")
+    translator = Translator.from_pretrained(str(model_dir), device="cpu")
+    inputs = sentences(60)
+    hf = dict(length_penalty_style="hf", max_len_a=0.0, max_len_b=MAX_LEN)
+    # Greedy search: every token is the argmax of the same probabilities; the scores agree too where
+    # the translation ends before the maximum length (there aiayn adds a forced </s>, CTranslate2 not).
+    ours = [hyps[0] for hyps in translator.translate_nbest(inputs, num_beams=1, **hf)]
+    theirs = ct2_best(tmp_path / "ct2", translator, inputs, beam=1)
+    assert [text for text, _, _ in theirs] == [text for text, _ in ours]
+    ended = [i for i, (_, _, length) in enumerate(theirs) if length < MAX_LEN]
+    assert len(ended) >= 10
+    assert [theirs[i][1] for i in ended] == pytest.approx([ours[i][1] for i in ended], abs=1e-4)
+    # Beam 4: the same translation wherever aiayn's ends before the maximum length (there aiayn forces
+    # </s> and CTranslate2 returns an unfinished hypothesis, scored differently).
+    ours = [hyps[0] for hyps in translator.translate_nbest(inputs, num_beams=4, **hf)]
+    theirs = ct2_best(tmp_path / "ct2", translator, inputs, beam=4)
+    ended = [i for i, (_, _, length) in enumerate(theirs) if length < MAX_LEN]
+    assert len(ended) >= 10
+    agree = sum(ours[i][0] == theirs[i][0] for i in ended)
+    assert agree >= 0.95 * len(ended), [(ours[i], theirs[i]) for i in ended if ours[i][0] != theirs[i][0]]
+
+
+def test_the_position_table_is_the_models_own(tmp_path):
+    """CTranslate2's built-in sinusoids (sines first, then cosines) are not §3.5's interleaved ones:
+    without the explicit table the exported model would compute other probabilities."""
+    from ctranslate2.specs import transformer_spec  # noqa: F401
+
+    from aiayn_cli.model.modeling_aiayn import sinusoidal_positional_encoding
+    from aiayn_cli.serving.ctranslate2 import transformer_spec_of
+
+    model_dir = saved_model(tmp_path / "model")
+    translator = Translator.from_pretrained(str(model_dir), device="cpu")
+    spec = transformer_spec_of(translator.model, translator.tokenizer)
+    table = spec.encoder.position_encodings.encodings
+    d_model = translator.model.config.d_model
+    assert table.shape == (translator.model.config.max_position_embeddings, d_model)
+    expected = sinusoidal_positional_encoding(torch.arange(table.shape[0]), d_model)
+    assert (table == expected).all()
+    assert table[1, 1] == pytest.approx(math.cos(1.0))  # PE(1, 1) = cos(1): interleaved
+
+
+def test_int8_export_translates_and_the_folder_is_complete(tmp_path):
+    model_dir = saved_model(tmp_path / "model")
+    result = run_cli("export", model_dir, "--to", "ctranslate2", "-o", tmp_path / "int8", "--quantization", "int8")
+    assert result.returncode == 0, result.stderr
+    names = {p.name for p in (tmp_path / "int8").iterdir()}
+    assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "README.md"} <= names
+    readme = (tmp_path / "int8" / "README.md").read_text()
+    assert "ctranslate2.Translator" in readme and "length-penalty-style hf" in readme
+    translator = Translator.from_pretrained(str(model_dir), device="cpu")
+    ours = [text for text, _, _ in ct2_best(tmp_path / "int8", translator, sentences(20), beam=4)]
+    assert len(ours) == 20 and any(ours)
+
+
+def test_export_mistakes_are_one_line(tmp_path):
+    from aiayn_cli.errors import AiaynError
+
+    model_dir = saved_model(tmp_path / "model")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "file").write_text("x")
+    with pytest.raises(AiaynError, match="not an empty folder"):
+        export_ctranslate2(model_dir, tmp_path / "busy")
+    with pytest.raises(AiaynError, match="--quantization int4: choose one of float32, int8"):
+        export_ctranslate2(model_dir, tmp_path / "out", quantization="int4")
+    result = run_cli("export", model_dir, "--to", "onnx", "-o", tmp_path / "out")
+    assert result.returncode == 2 and result.stderr.strip() == "error: --to onnx: choose one of ctranslate2"
+    assert not (tmp_path / "out").exists()
