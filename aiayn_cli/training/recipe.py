@@ -108,8 +108,8 @@ class TrainRecipe:
     """Tokens per batch and process (padding included), the larger of the source and target sides."""
     update_freq: int = 1
     """Batches accumulated per optimizer step: tokens per step = max_tokens * update_freq * processes."""
-    num_proc: int = 1
-    """Processes for tokenizing the data."""
+    num_proc: int | None = None
+    """Processes for tokenizing the data; null: this machine's cores (one for fewer than 100,000 pairs)."""
 
     # --- 5.3 Optimizer ------------------------------------------------------------------------
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -386,7 +386,7 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         raise AiaynError(f"{where.get(key, source)}: '{key}' {what}")
 
     for key in _POSITIVE:
-        if getattr(recipe, key) <= 0:
+        if getattr(recipe, key) is not None and getattr(recipe, key) <= 0:
             fail(key, f"must be positive, got {getattr(recipe, key)}")
     for key in (
         "max_steps",

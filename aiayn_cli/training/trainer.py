@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader
 
 from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
 from ..data.corpus import load_split
+from ..data.prepare import prepare_split
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from .checkpoint import TRAINING_STATE_DIR, list_checkpoints, remove_incomplete
@@ -87,7 +88,7 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
     torch.manual_seed(recipe.seed)
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
-    data = load_data(recipe, tokenizer, accelerator)
+    data = load_data(recipe, tokenizer, accelerator, show_progress)
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
     optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
@@ -228,23 +229,37 @@ class _Data:
     bleu_references: list[str]
 
 
-def load_data(recipe: TrainRecipe, tokenizer, accelerator) -> _Data:
-    """Tokenized splits (the main process first, the others read its cache) and this process's loaders."""
+def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool = False) -> _Data:
+    """Tokenized splits (`prepare_split`: the main process first, the others open its cache) and this
+    process's loaders."""
     collate = Seq2SeqCollator(tokenizer.pad_token_id)
     rank, world = accelerator.process_index, accelerator.num_processes
-    with accelerator.main_process_first():
-        train_raw = load_split(recipe.data, recipe.train_split)
-        train = tokenize_split(train_raw, tokenizer, max_length=recipe.max_length, num_proc=recipe.num_proc)
-        valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
-        valid = tokenize_split(valid_raw, tokenizer, num_proc=recipe.num_proc) if valid_raw is not None else None
-    if accelerator.is_main_process:
-        _echo(
-            accelerator,
-            str(train_raw.cleaning_report) + f"; {train.num_too_long} longer than "
-            f"{recipe.max_length} subword tokens dropped",
+    main = accelerator.is_main_process
+    with accelerator.main_process_first():  # the main process prepares; the others open its cache
+        prepared = prepare_split(
+            recipe.data,
+            recipe.train_split,
+            tokenizer,
+            max_length=recipe.max_length,
+            num_proc=recipe.num_proc,
+            show_progress=show_progress and main,
         )
+        train = prepared.dataset
+        valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
+        valid = tokenize_split(valid_raw, tokenizer) if valid_raw is not None else None
+    _echo(
+        accelerator,
+        f"{prepared.report}; {prepared.num_too_long} longer than {recipe.max_length} subword tokens dropped; "
+        f"prepared data {'opened from' if prepared.from_cache else 'written to'} {prepared.path}",
+    )
     sampler = TokenBatchSampler.from_dataset(
-        train, recipe.max_tokens, shuffle=True, seed=recipe.seed, num_replicas=world, rank=rank
+        train,
+        recipe.max_tokens,
+        shuffle=True,
+        seed=recipe.seed,
+        num_replicas=world,
+        rank=rank,
+        show_progress=show_progress and main,
     )
     # A generator of its own: iterating the loader never touches the global RNG.
     train_loader = DataLoader(
