@@ -15,7 +15,7 @@ import typer
 
 from .. import __version__
 from ..errors import AiaynError
-from .commands import average, evaluate, push, quickstart, train, train_tokenizer, translate
+from .commands import average, evaluate, prepare, push, quickstart, train, train_tokenizer, translate
 
 app = typer.Typer(
     name="aiayn",
@@ -49,6 +49,7 @@ def root(
 
 # Commands are registered below, one line each, in the order of the pipeline.
 app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
+app.command("prepare")(prepare.prepare)
 app.command("train")(train.train)
 app.command("average")(average.average)
 app.command("translate")(translate.translate)

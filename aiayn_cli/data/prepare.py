@@ -134,9 +134,16 @@ def _build(spec, split, fingerprint, tokenizer, max_length, num_proc, staging: P
     raw.unlink()
     cleaned = datasets.Dataset.from_file(str(clean))
     processes = num_proc if num_proc is not None else (_cores() if len(cleaned) >= SMALL_CORPUS else 1)
-    tokenized = tokenize_split(
-        cleaned, tokenizer, max_length=max_length, num_proc=processes if processes > 1 else None, cache_dir=staging
-    )
+    bars_were_off = datasets.utils.are_progress_bars_disabled()
+    if not show_progress:
+        datasets.utils.disable_progress_bars()
+    try:
+        tokenized = tokenize_split(
+            cleaned, tokenizer, max_length=max_length, num_proc=processes if processes > 1 else None, cache_dir=staging
+        )
+    finally:
+        if not bars_were_off:
+            datasets.utils.enable_progress_bars()
     files = [Path(entry["filename"]).name for entry in tokenized.cache_files]
     manifest = {
         "version": _PREPARED_VERSION,

@@ -219,6 +219,18 @@ def tokenizer_hash(tokenizer) -> str:
     return xxhash.xxh3_64_hexdigest(backend.to_str().encode()) if backend is not None else ""
 
 
+def prepare_training_data(recipe: TrainRecipe, show_progress: bool = False):
+    """The recipe's training split, prepared (`aiayn prepare`): a `PreparedSplit` whose `path` is the cache."""
+    return prepare_split(
+        recipe.data,
+        recipe.train_split,
+        load_tokenizer(recipe.tokenizer),
+        max_length=recipe.max_length,
+        num_proc=recipe.num_proc,
+        show_progress=show_progress,
+    )
+
+
 @dataclass
 class _Data:
     train: Any  # the tokenized training split
@@ -320,6 +332,7 @@ __all__ = [
     "load_tokenizer",
     "make_accelerator",
     "micro_batch_seed",
+    "prepare_training_data",
     "quiet_libraries",
     "train",
 ]
