@@ -47,7 +47,7 @@ def iter_line_chunks(
     errors: str = "strict",
     on_invalid: Callable[[int], None] | None = None,
     hasher=None,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int | None = None,
 ) -> Iterator[pa.Array]:
     """The lines of a UTF-8 text file, as consecutive Arrow string arrays.
 
@@ -55,11 +55,11 @@ def iter_line_chunks(
         errors: "strict" (invalid UTF-8 raises `AiaynError` naming the file and line) or "replace".
         on_invalid: with "replace", called with the (1-based) number of each line that held invalid UTF-8.
         hasher: an object with `update(bytes)` (an `xxhash` hasher) fed every byte of the file, as read.
-        chunk_bytes: bytes read at a time; a chunk holds the whole lines among them.
+        chunk_bytes: bytes read at a time (default `CHUNK_BYTES`); a chunk holds the whole lines among them.
     """
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
-    path = Path(path)
+    path, chunk_bytes = Path(path), chunk_bytes or CHUNK_BYTES
     first_line, carry, start = 1, b"", True
     with open_text(path) as file:
         while True:
