@@ -349,7 +349,7 @@ def _cut(lengths: np.ndarray, max_tokens: int, cap: int, show_progress: bool = F
     from its start whose size times its last (longest) length is at most `max_tokens`, and of at
     most `cap` pairs (at least one pair). Found by bisection: a Python step per batch, not per pair."""
     n, bounds, start = len(lengths), [0], 0
-    with tqdm(total=n, desc="Batching", unit=" pairs", unit_scale=True, disable=not show_progress) as bar:
+    with tqdm(total=n, desc="Batching", unit=" pairs", unit_scale=True, disable=None if show_progress else True) as bar:
         while start < n:
             low = start + 1
             high = max(low, min(n, start + cap, start + max_tokens // max(int(lengths[start]), 1)))
