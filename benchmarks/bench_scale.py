@@ -123,23 +123,27 @@ def recipe_file(folder: Path) -> Path:
     return path
 
 
-def measure(multi30k: Path, pairs: int, folder: Path) -> dict:
+def measure(multi30k: Path, pairs: int, folder: Path, row: dict, save) -> None:
+    """Fill `row` phase by phase, calling `save()` after each (a long run keeps what it measured)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="true")
     aiayn = [sys.executable, "-m", "aiayn_cli"]
     write_corpus(multi30k, pairs, folder / "data")
     recipe = recipe_file(folder)
-    row = {"pairs": pairs, "corpus_mb": sum(f.stat().st_size for f in (folder / "data").iterdir()) / 2**20}
+    row.update(pairs=pairs, corpus_mb=sum(f.stat().st_size for f in (folder / "data").iterdir()) / 2**20)
     data = ["--data-dir", str(folder / "data"), "-s", "en", "-t", "de"]
     row["train_tokenizer"] = run(
         aiayn + ["train-tokenizer", *data, "--vocab-size", "8000", "-o", str(folder / "tokenizer")], env
     )
+    save()
     row["prepare"] = run(aiayn + ["prepare", str(recipe), "--no-progress"], env)
+    save()
     row["prepare_again"] = run(aiayn + ["prepare", str(recipe), "--no-progress"], env)
     row["cache_mb"] = sum(f.stat().st_size for f in (folder / "cache").rglob("*") if f.is_file()) / 2**20
+    save()
     row["first_step"] = run(
         aiayn + ["train", str(recipe), "--no-progress"], env, first_step_file=folder / "run" / "metrics.jsonl"
     )
-    return row
+    save()
 
 
 def table(rows: list[dict]) -> str:
@@ -169,18 +173,22 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="Keep the generated corpora and caches.")
     args = parser.parse_args()
     print(machine(), flush=True)
-    rows = []
+    rows: list[dict] = []
+
+    def save() -> None:
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+
     for pairs in args.sizes:
         folder = args.workdir / str(pairs)
         shutil.rmtree(folder, ignore_errors=True)
+        rows.append({})
         try:
-            rows.append(measure(args.multi30k, pairs, folder))
+            measure(args.multi30k, pairs, folder, rows[-1], save)
         finally:
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)
         print(json.dumps(rows[-1]), flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(rows, indent=1))
     print(table(rows))
 
 
