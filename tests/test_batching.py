@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 
@@ -139,6 +140,34 @@ def test_uneven_batch_counts_are_evened_by_splitting():
         TokenBatchSampler(src, tgt, max_tokens=20, num_replicas=8, rank=0)
     with pytest.raises(AiaynError, match="--max-tokens 5 is less than the longest sentence"):
         TokenBatchSampler(src, tgt, max_tokens=5)
+
+
+def _greedy_reference(src, tgt, max_tokens, cap, seed):
+    """The batches cut pair by pair, in Python: what the arrays and the bisection must reproduce."""
+    longer = np.maximum(src, tgt)
+    snake = np.where(longer % 2 == 0, src - tgt, tgt - src)
+    ties = np.random.default_rng(seed).permutation(len(src))
+    order = ties[np.lexsort((snake[ties], longer[ties]))]
+    batches, start, width = [], 0, 0
+    for position, length in enumerate(longer[order].tolist()):
+        size, width = position - start + 1, max(width, length)
+        if size > 1 and (size * width > max_tokens or size > cap):
+            batches.append(order[start:position].tolist())
+            start, width = position, length
+    return batches + [order[start:].tolist()]
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_batches_are_those_of_the_greedy_cut(trial):
+    rng = np.random.default_rng(trial)
+    n = int(rng.integers(1, 4000))
+    src, tgt = rng.integers(1, 90, n), rng.integers(1, 90, n)
+    max_tokens, cap = int(rng.integers(90, 5000)), [None, int(rng.integers(1, 60))][trial % 2]
+    sampler = TokenBatchSampler(src, tgt, max_tokens=max_tokens, seed=trial, max_sentences=cap)
+    expected = _greedy_reference(src, tgt, max_tokens, cap or n, trial)
+    assert [batch.tolist() for batch in sampler.batches] == expected
+    assert sampler.order.dtype == np.int32 and len(sampler.bounds) == len(expected) + 1
+    assert len(pickle.dumps(sampler.state_dict())) < 200  # resuming needs a few numbers
 
 
 def test_epochs_shuffle_batches_from_the_seed(tokenized_multi30k):

@@ -108,7 +108,7 @@ def test_byte_order_mark_and_crlf_line_ends(tmp_path):
     (tmp_path / "train.de").write_bytes(b"Ein Hund.\r\nEine Katze.")  # no newline at the end
     dataset = load_split(DataSpec(data_dir=tmp_path, source_lang="en", target_lang="de"), "train")
     assert pairs_of(dataset) == [("A dog.", "Ein Hund."), ("A cat.", "Eine Katze.")]
-    assert dataset.cleaning_report.stripped == 2  # the "\r"s, counted
+    assert dataset.cleaning_report.stripped == 0  # "\r\n" is a line end (aiayn_cli.data.lines), not whitespace
 
 
 def test_fingerprint_follows_content_and_cleaning(tmp_path):

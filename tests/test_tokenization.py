@@ -89,6 +89,33 @@ def test_max_sentences_is_a_seeded_uniform_sample():
     assert len(first) == 20 and sampled(0) == first and sampled(1) != first
 
 
+def test_a_data_spec_is_streamed_in_chunks_and_sampled_by_pairs(tmp_path, monkeypatch):
+    from aiayn_cli.data import lines
+
+    # Pair i is one character seen nowhere else (on both sides): the alphabet shows which were sampled.
+    pairs = [(chr(0x4E00 + i) * 3, chr(0x4E00 + i) * 2) for i in range(300)]
+    write_text_split(tmp_path, "train", pairs)
+    spec = DataSpec(data_dir=tmp_path, source_lang="en", target_lang="de")
+    monkeypatch.setattr(lines, "CHUNK_BYTES", 256)  # many chunks
+
+    def alphabet(tokenizer):
+        return {c for token in tokenizer.get_vocab() for c in token if 0x4E00 <= ord(c) < 0x4E00 + 300}
+
+    streamed = train_tokenizer(spec, vocab_size=700, show_progress=False)
+    loaded = train_tokenizer(load_split(spec, "train"), vocab_size=700, show_progress=False)
+    assert streamed.get_vocab() == loaded.get_vocab()
+    assert streamed.cleaning_report == load_split(spec, "train").cleaning_report
+
+    first = train_tokenizer(spec, vocab_size=700, max_sentences=25, seed=0, show_progress=False)
+    assert len(alphabet(first)) == 25 and first.cleaning_report.read == 300
+    assert alphabet(train_tokenizer(spec, vocab_size=700, max_sentences=25, seed=0, show_progress=False)) == alphabet(
+        first
+    )
+    assert alphabet(train_tokenizer(spec, vocab_size=700, max_sentences=25, seed=1, show_progress=False)) != alphabet(
+        first
+    )
+
+
 def test_bad_options_and_existing_output(tmp_path):
     write_text_split(tmp_path / "data", "train", make_pairs(20))
     spec = DataSpec(data_dir=tmp_path / "data", source_lang="en", target_lang="de")

@@ -22,6 +22,7 @@ from .commands import (
     evaluate,
     export,
     paper,
+    prepare,
     push,
     quickstart,
     recipes,
@@ -66,6 +67,7 @@ def root(
 
 # Commands are registered below, one line each, in the order of the pipeline.
 app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
+app.command("prepare")(prepare.prepare)
 app.command("train")(train.train)
 app.command("average")(average.average)
 app.command("translate")(translate.translate)

@@ -53,6 +53,7 @@ import torch
 import xxhash
 from tokenizers import Tokenizer, models
 from torch.utils.data import DataLoader, Sampler
+from tqdm.auto import tqdm
 
 from ..errors import AiaynError
 
@@ -206,6 +207,11 @@ class TokenBatchSampler(Sampler[list[int]]):
             (`accelerator.num_processes`, `accelerator.process_index`).
         max_sentences: at most this many pairs in a batch, whatever their length.
         start_batch: the batch of this process's epoch that the next iteration starts at.
+        show_progress: a progress bar while the batches are cut.
+
+    The batches are two numpy arrays, whatever the corpus' size: `order` (the pairs, batch after
+    batch) and `bounds` (batch `b` is `order[bounds[b]:bounds[b + 1]]`); the state to resume is four
+    numbers (`state_dict`).
     """
 
     def __init__(
@@ -219,9 +225,10 @@ class TokenBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         max_sentences: int | None = None,
         start_batch: int = 0,
+        show_progress: bool = False,
     ):
-        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
-        self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
+        self.src_lengths = np.asarray(src_lengths, dtype=np.int32)
+        self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int32)
         if self.src_lengths.shape != self.tgt_lengths.shape or self.src_lengths.ndim != 1:
             raise ValueError("src_lengths and tgt_lengths must be 1-D and of the same length")
         if not 0 <= rank < num_replicas:
@@ -238,7 +245,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.shuffle, self.seed = shuffle, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.epoch, self.start_batch = 0, 0
-        self.batches = self._build_batches()
+        self.order, self.bounds = self._build_batches(show_progress)
         self.set_start(start_batch)
 
     @classmethod
@@ -247,23 +254,20 @@ class TokenBatchSampler(Sampler[list[int]]):
         table = dataset.flatten_indices().data if dataset._indices is not None else dataset.data
         return cls(table.column("src_len").to_numpy(), table.column("tgt_len").to_numpy(), max_tokens, **kwargs)
 
-    def _build_batches(self) -> list[np.ndarray]:
+    def _build_batches(self, show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         src, tgt = self.src_lengths, self.tgt_lengths
         longer = np.maximum(src, tgt)
         snake = np.where(longer % 2 == 0, src - tgt, tgt - src)
         ties = np.random.default_rng(self.seed).permutation(len(src))
-        order = ties[np.lexsort((snake[ties], longer[ties]))]  # by `longer`, then `snake`, then `ties`
+        order = _sort(ties, longer, snake)  # by `longer`, then `snake`, then `ties`
+        bounds = _cut(longer[order], self.max_tokens, self.max_sentences or len(order), show_progress)
+        index_type = np.int32 if len(order) < 2**31 else np.int64
+        return order.astype(index_type), _split_to_multiple(bounds, self.num_replicas)
 
-        batches, start, width = [], 0, 0
-        cap = self.max_sentences or len(order)
-        for position, length in enumerate(longer[order].tolist()):
-            size = position - start + 1
-            width = max(width, length)  # the batch's padded length on its longer side
-            if size > 1 and (size * width > self.max_tokens or size > cap):
-                batches.append(order[start:position])
-                start, width = position, length
-        batches.append(order[start:])
-        return _split_to_multiple(batches, self.num_replicas)
+    @property
+    def batches(self) -> list[np.ndarray]:
+        """Every batch, as arrays of indices, in the order they were cut (one array per batch: for small data)."""
+        return np.split(self.order, self.bounds[1:-1])
 
     def set_epoch(self, epoch: int) -> None:
         """Use the batch order of `epoch` (the same on every process)."""
@@ -278,20 +282,25 @@ class TokenBatchSampler(Sampler[list[int]]):
     @property
     def num_batches(self) -> int:
         """Batches of one whole epoch for each process."""
-        return len(self.batches) // self.num_replicas
+        return (len(self.bounds) - 1) // self.num_replicas
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        """The batches (numbers) of this process in `epoch`, in the order they are served."""
+        count = len(self.bounds) - 1
+        order = np.random.default_rng([self.seed, epoch]).permutation(count) if self.shuffle else np.arange(count)
+        return order[self.rank :: self.num_replicas]
+
+    def _batch(self, number: int) -> list[int]:
+        return self.order[self.bounds[number] : self.bounds[number + 1]].tolist()
 
     def epoch_batches(self, epoch: int | None = None) -> list[list[int]]:
         """This process's batches of `epoch` (default: the current one), from the first."""
-        epoch = self.epoch if epoch is None else epoch
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.batches))
-        else:
-            order = np.arange(len(self.batches))
-        return [self.batches[i].tolist() for i in order[self.rank :: self.num_replicas]]
+        return [self._batch(b) for b in self._epoch_order(self.epoch if epoch is None else epoch)]
 
     def __iter__(self):
         start, self.start_batch = self.start_batch, 0
-        yield from self.epoch_batches()[start:]
+        for number in self._epoch_order(self.epoch)[start:]:
+            yield self._batch(int(number))
 
     def __len__(self) -> int:
         """Batches the next iteration yields: `num_batches - start_batch`, equal on every process."""
@@ -318,22 +327,51 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     def padding(self) -> dict[str, float]:
         """Token counts of all batches (both sides, padded) and the fraction that is padding."""
+        sizes = np.diff(self.bounds)
         tokens = padded = 0
-        for batch in self.batches:
-            for lengths in (self.src_lengths[batch], self.tgt_lengths[batch]):
-                padded += len(batch) * int(lengths.max())
-                tokens += int(lengths.sum())
+        for lengths in (self.src_lengths[self.order], self.tgt_lengths[self.order]):
+            padded += int((np.maximum.reduceat(lengths, self.bounds[:-1]) * sizes).sum())
+            tokens += int(lengths.sum())
         return {"tokens": tokens, "padded_tokens": padded, "padding": 1 - tokens / padded}
 
 
-def _split_to_multiple(batches: list[np.ndarray], multiple: int) -> list[np.ndarray]:
+def _sort(ties: np.ndarray, longer: np.ndarray, snake: np.ndarray) -> np.ndarray:
+    """`ties` sorted (stably) by `longer`, then `snake`: two radix sorts on 16-bit keys where they fit
+    (twice as fast as `np.lexsort` on millions of pairs, the same order)."""
+    if longer.max(initial=0) < 2**16 and np.abs(snake).max(initial=0) < 2**15:
+        by_snake = ties[np.argsort((snake + 2**15).astype(np.uint16)[ties], kind="stable")]
+        return by_snake[np.argsort(longer.astype(np.uint16)[by_snake], kind="stable")]
+    return ties[np.lexsort((snake[ties], longer[ties]))]
+
+
+def _cut(lengths: np.ndarray, max_tokens: int, cap: int, show_progress: bool = False) -> np.ndarray:
+    """Batch bounds over `lengths` (sorted, ascending), cut greedily: each batch is the longest run
+    from its start whose size times its last (longest) length is at most `max_tokens`, and of at
+    most `cap` pairs (at least one pair). Found by bisection: a Python step per batch, not per pair."""
+    n, bounds, start = len(lengths), [0], 0
+    with tqdm(total=n, desc="Batching", unit=" pairs", unit_scale=True, disable=None if show_progress else True) as bar:
+        while start < n:
+            low = start + 1
+            high = max(low, min(n, start + cap, start + max_tokens // max(int(lengths[start]), 1)))
+            while low < high:  # the largest end with (end - start) * lengths[end - 1] <= max_tokens
+                middle = (low + high + 1) // 2
+                if (middle - start) * int(lengths[middle - 1]) <= max_tokens:
+                    low = middle
+                else:
+                    high = middle - 1
+            bounds.append(low)
+            bar.update(low - start)
+            start = low
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def _split_to_multiple(bounds: np.ndarray, multiple: int) -> np.ndarray:
     """Halve the largest batches until their number is a multiple of `multiple`."""
-    while len(batches) % multiple:
-        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
-        batch = batches.pop(largest)
-        half = (len(batch) + 1) // 2
-        batches[largest:largest] = [batch[:half], batch[half:]]
-    return batches
+    while (len(bounds) - 1) % multiple:
+        largest = int(np.argmax(np.diff(bounds)))  # the first of the largest
+        half = (int(bounds[largest + 1] - bounds[largest]) + 1) // 2
+        bounds = np.insert(bounds, largest + 1, bounds[largest] + half)
+    return bounds
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,12 +27,11 @@ Every bad input raises `AiaynError` with one line naming the file, line, column 
 
 from __future__ import annotations
 
-import codecs
 import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pyarrow as pa
@@ -40,6 +39,8 @@ import pyarrow.compute as pc
 import xxhash
 
 from ..errors import AiaynError
+from .cleaning import CleaningReport, clean_chunks, concat_chunks, finish_cleaning, limits, new_report
+from .text_files import file_digest, jsonl_chunks, text_pair_chunks, tsv_chunks
 
 # Names a split is also found under, first the canonical one.
 SPLIT_ALIASES: dict[str, tuple[str, ...]] = {
@@ -47,6 +48,8 @@ SPLIT_ALIASES: dict[str, tuple[str, ...]] = {
     "validation": ("validation", "val", "valid", "dev"),
     "test": ("test", "test2016"),
 }
+
+CHUNK_ROWS = 1 << 20  # rows of a Hub dataset cleaned at a time
 
 # Bump when cleaning changes, so that caches keyed on a dataset's fingerprint are not reused.
 _CLEANING_VERSION = "1"
@@ -132,42 +135,6 @@ class DataSpec:
             raise AiaynError(f"must be at least 1, got {self.max_ratio}", key="max_ratio")
 
 
-@dataclass
-class CleaningReport:
-    """Counts of what cleaning did to one split; `str()` gives the line commands print on stderr."""
-
-    origin: str
-    split: str
-    read: int = 0
-    stripped: int = 0  # pairs kept after removing whitespace at an end of a side
-    empty: int = 0
-    too_long: int = 0
-    bad_ratio: int = 0
-    duplicates: int = 0
-    limits: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def dropped(self) -> int:
-        return self.empty + self.too_long + self.bad_ratio + self.duplicates
-
-    @property
-    def kept(self) -> int:
-        return self.read - self.dropped
-
-    def __str__(self) -> str:
-        parts = [f"{self.empty} empty"]
-        if self.limits.get("max_length") is not None:
-            parts.append(f"{self.too_long} longer than {self.limits['max_length']} tokens")
-        if self.limits.get("max_ratio") is not None:
-            parts.append(f"{self.bad_ratio} past length ratio {self.limits['max_ratio']:g}")
-        if self.limits.get("dedup"):
-            parts.append(f"{self.duplicates} duplicates")
-        return (
-            f"{self.split} ({self.origin}): {self.read} pairs read, {self.kept} kept; dropped "
-            f"{', '.join(parts)}; stripped whitespace in {self.stripped}"
-        )
-
-
 def split_candidates(split: str) -> tuple[str, ...]:
     """The names under which `split` may be stored, the given name first."""
     for aliases in SPLIT_ALIASES.values():
@@ -176,20 +143,77 @@ def split_candidates(split: str) -> tuple[str, ...]:
     return (split,)
 
 
-def load_split(spec: DataSpec, split: str = "train") -> datasets.Dataset:
+def load_split(spec: DataSpec, split: str = "train", show_progress: bool = False) -> datasets.Dataset:
     """Load one split as a cleaned `Dataset` with string columns `source` and `target`.
 
     The `CleaningReport` is attached as `dataset.cleaning_report` (a plain attribute: it does not
     survive `map`/`filter`, so read it right away). The dataset's fingerprint is derived from the
     files' contents (or the Hub dataset's fingerprint) and the cleaning options, so that
-    `tokenize_split` can cache on it.
+    `tokenize_split` can cache on it. Files are read and cleaned in chunks: the text is held once,
+    as Arrow strings, never as a Python list. `prepare.prepare_split` writes the chunks to disk instead.
     """
+    stream = open_pairs(spec, split)
+    report = new_report(spec, stream.origin, split)
+    chunks = list(clean_chunks(stream, spec, report, show_progress))
+    table = finish_cleaning(concat_chunks(chunks), spec, report)
+    dataset = datasets.Dataset(
+        table, split=datasets.NamedSplit(split), fingerprint=cleaned_fingerprint(stream.fingerprint(), spec)
+    )
+    dataset.cleaning_report = report
+    return dataset
+
+
+@dataclass
+class PairStream:
+    """A split's sentence pairs as they are read: `chunks` yields (source, target) Arrow arrays;
+    `fingerprint()` identifies the content, once every chunk has been read."""
+
+    origin: str
+    chunks: Iterator[tuple[pa.Array, pa.Array]]
+    fingerprint: Callable[[], str]
+
+
+def open_pairs(spec: DataSpec, split: str) -> PairStream:
+    """The raw (uncleaned) pairs of a split, read lazily, chunk by chunk."""
     spec.validate()
     if spec.dataset:
-        source, target, origin, fingerprint = _load_hub(spec, split)
+        return _hub_stream(spec, split)
+    fmt, paths = _local_files(spec, split)
+    hashers = [xxhash.xxh3_128() for _ in paths]
+    if fmt == "text":
+        chunks = text_pair_chunks(paths[0], paths[1], hashers)
+    elif fmt == "tsv":
+        chunks = tsv_chunks(paths[0], *_tsv_columns(paths[0], spec), hasher=hashers[0])
     else:
-        source, target, origin, fingerprint = _load_local(spec, split)
-    return _clean(source, target, spec, split, origin, fingerprint)
+        chunks = _jsonl_pairs(paths[0], spec, hashers[0])
+    origin = ", ".join(str(path) for path in paths)
+    return PairStream(origin, chunks, lambda: _local_fingerprint(fmt, [h.digest() for h in hashers], spec))
+
+
+def data_fingerprint(spec: DataSpec, split: str, identity_file: Path | None = None) -> str:
+    """The fingerprint `load_split` gives the split (content and cleaning), without reading local
+    files whose size, modification time and inode match `identity_file`'s record of them."""
+    spec.validate()
+    if spec.dataset:
+        return cleaned_fingerprint(_hub_stream(spec, split).fingerprint(), spec)
+    fmt, paths = _local_files(spec, split)
+    if fmt == "tsv":
+        _tsv_columns(paths[0], spec)
+    digests = [file_digest(path, identity_file) for path in paths]
+    return cleaned_fingerprint(_local_fingerprint(fmt, digests, spec), spec)
+
+
+def cleaned_fingerprint(content: str, spec: DataSpec) -> str:
+    options = json.dumps([_CLEANING_VERSION, limits(spec)], sort_keys=True)
+    return xxhash.xxh3_128_hexdigest(f"{content}|{options}".encode())
+
+
+def _local_fingerprint(fmt: str, digests: list[bytes], spec: DataSpec) -> str:
+    columns = (spec.source_column, spec.target_column)
+    if fmt == "jsonl":
+        columns += (spec.source_lang, spec.target_lang)
+    extra = repr(columns).encode() if fmt != "text" else b""
+    return xxhash.xxh3_128_hexdigest(fmt.encode() + b"|" + b"".join(digests) + extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +221,7 @@ def load_split(spec: DataSpec, split: str = "train") -> datasets.Dataset:
 # ---------------------------------------------------------------------------------------------
 
 
-def _load_hub(spec: DataSpec, split: str) -> tuple[pa.Array, pa.Array, str, str]:
+def _hub_stream(spec: DataSpec, split: str) -> PairStream:
     name = str(spec.dataset)
     origin = name + (f" ({spec.dataset_config})" if spec.dataset_config else "")
     path = Path(name)
@@ -209,7 +233,15 @@ def _load_hub(spec: DataSpec, split: str) -> tuple[pa.Array, pa.Array, str, str]
         dataset = _select_saved_split(saved, split, origin)
     else:
         dataset = _load_hub_split(spec, split, origin)
-    return _translation_pair(dataset, spec, origin, f"{origin} [{split}]")
+    flat = _flatten(dataset)  # memory-mapped: sliced below, never copied whole
+    source, target = _pair_columns(flat, spec, f"{origin} [{split}]")
+    fingerprint = xxhash.xxh3_128_hexdigest(f"dataset|{dataset._fingerprint}|{source}|{target}".encode())
+    columns = _column(flat, source), _column(flat, target)
+    chunks = (
+        (columns[0].slice(start, CHUNK_ROWS), columns[1].slice(start, CHUNK_ROWS))
+        for start in range(0, len(columns[0]), CHUNK_ROWS)
+    )
+    return PairStream(origin, chunks, lambda: fingerprint)
 
 
 def _user_error(err: Exception, origin: str) -> AiaynError:
@@ -243,16 +275,6 @@ def _load_hub_split(spec: DataSpec, split: str, origin: str) -> datasets.Dataset
     available = re.search(r"\[(.*)\]", str(unknown))
     detail = f" (splits: {available.group(1)})" if available else ""
     raise AiaynError(f"dataset {origin} has no split {split!r}{detail}")
-
-
-def _translation_pair(
-    dataset: datasets.Dataset, spec: DataSpec, origin: str, where: str
-) -> tuple[pa.Array, pa.Array, str, str]:
-    """Source and target sentences of a Hub-style dataset, with a fingerprint of where they came from."""
-    flat = _flatten(dataset)
-    source, target = _pair_columns(flat, spec, where)
-    fingerprint = xxhash.xxh3_128_hexdigest(f"dataset|{dataset._fingerprint}|{source}|{target}".encode())
-    return _column(flat, source), _column(flat, target), origin, fingerprint
 
 
 def _pair_columns(flat: datasets.Dataset, spec: DataSpec, where: str) -> tuple[str, str]:
@@ -307,6 +329,8 @@ def _flatten(dataset: datasets.Dataset) -> datasets.Dataset:
 
 def _column(flat: datasets.Dataset, name: str) -> pa.ChunkedArray:
     values = flat.data.column(name)
+    if pa.types.is_null(values.type):  # no value in this chunk of a JSONL file
+        return pc.cast(values, pa.string())
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
         raise AiaynError(f"column {name!r} holds {values.type}, not text")
     return values
@@ -332,7 +356,8 @@ def _file_format(spec: DataSpec) -> str:
     return formats[suffix]
 
 
-def _load_local(spec: DataSpec, split: str) -> tuple[pa.Array, pa.Array, str, str]:
+def _local_files(spec: DataSpec, split: str) -> tuple[str, list[Path]]:
+    """The format (`text`, `tsv` or `jsonl`) and the files of a split of local data."""
     candidates = split_candidates(split)
     if spec.data_dir:
         directory = Path(spec.data_dir)
@@ -340,12 +365,12 @@ def _load_local(spec: DataSpec, split: str) -> tuple[pa.Array, pa.Array, str, st
             raise AiaynError(f"--data-dir {directory}: not a folder")
         looked = []
         for name in candidates:
-            pair = (directory / f"{name}.{spec.source_lang}", directory / f"{name}.{spec.target_lang}")
+            pair = [directory / f"{name}.{spec.source_lang}", directory / f"{name}.{spec.target_lang}"]
             if pair[0].is_file() or pair[1].is_file():
-                return _read_text_pair(*pair)
+                return "text", pair
             for fmt in ("jsonl", "tsv"):
                 if (directory / f"{name}.{fmt}").is_file():
-                    return _read_one_file(directory / f"{name}.{fmt}", fmt, spec)
+                    return fmt, [directory / f"{name}.{fmt}"]
             looked.append(f"{name}.{spec.source_lang}+{name}.{spec.target_lang}")
         raise AiaynError(
             f"--data-dir {directory}: no {split} data for {spec.source_lang}-{spec.target_lang} "
@@ -353,14 +378,13 @@ def _load_local(spec: DataSpec, split: str) -> tuple[pa.Array, pa.Array, str, st
         )
     if spec.prefix:
         prefix = _existing_split_path(spec.prefix, candidates, suffix=f".{spec.source_lang}")
-        return _read_text_pair(Path(f"{prefix}.{spec.source_lang}"), Path(f"{prefix}.{spec.target_lang}"))
+        return "text", [Path(f"{prefix}.{spec.source_lang}"), Path(f"{prefix}.{spec.target_lang}")]
     if spec.source_file:
-        return _read_text_pair(
+        return "text", [
             Path(_existing_split_path(str(spec.source_file), candidates)),
             Path(_existing_split_path(str(spec.target_file), candidates)),
-        )
-    path = Path(_existing_split_path(str(spec.data_file), candidates))
-    return _read_one_file(path, _file_format(spec), spec)
+        ]
+    return _file_format(spec), [Path(_existing_split_path(str(spec.data_file), candidates))]
 
 
 def _existing_split_path(template: str, candidates: tuple[str, ...], suffix: str = "") -> str:
@@ -374,57 +398,7 @@ def _existing_split_path(template: str, candidates: tuple[str, ...], suffix: str
     return template.replace("{split}", candidates[0])
 
 
-def read_lines(path: Path) -> tuple[list[str], bytes]:
-    """The lines of a UTF-8 text file (split on `\\n` only, as `wc -l` counts; a byte-order mark
-    is skipped) and its bytes.
-
-    Raises `AiaynError` for a missing file or invalid UTF-8, naming the file and the line.
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise AiaynError(f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise AiaynError(f"{path}: is a folder, not a file") from None
-    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-    try:
-        text = data[start:].decode("utf-8")
-    except UnicodeDecodeError as err:
-        at = start + err.start
-        line = data.count(b"\n", 0, at) + 1
-        column = at - (data.rfind(b"\n", 0, at) + 1) + 1
-        raise AiaynError(f"{path}:{line}: invalid UTF-8 (byte 0x{data[at]:02x} at byte {column} of the line)") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    return lines, data
-
-
-def _read_text_pair(source_path: Path, target_path: Path) -> tuple[pa.Array, pa.Array, str, str]:
-    source, source_bytes = read_lines(source_path)
-    target, target_bytes = read_lines(target_path)
-    if len(source) != len(target):
-        raise AiaynError(f"line counts differ: {source_path} has {len(source)} lines, {target_path} has {len(target)}")
-    fingerprint = xxhash.xxh3_128_hexdigest(
-        b"text|" + xxhash.xxh3_128_digest(source_bytes) + xxhash.xxh3_128_digest(target_bytes)
-    )
-    return pa.array(source, pa.string()), pa.array(target, pa.string()), f"{source_path}, {target_path}", fingerprint
-
-
-def _read_one_file(path: Path, fmt: str, spec: DataSpec) -> tuple[pa.Array, pa.Array, str, str]:
-    lines, data = read_lines(path)
-    digest = xxhash.xxh3_128_digest(data)
-    if fmt == "tsv":
-        source, target = _parse_tsv(lines, path, spec)
-        fingerprint = xxhash.xxh3_128_hexdigest(
-            b"tsv|" + digest + repr((spec.source_column, spec.target_column)).encode()
-        )
-        return pa.array(source, pa.string()), pa.array(target, pa.string()), str(path), fingerprint
-    dataset = datasets.Dataset(_parse_jsonl(lines, path), fingerprint=xxhash.xxh3_128_hexdigest(b"jsonl|" + digest))
-    return _translation_pair(dataset, spec, str(path), str(path))  # from here on, the Hub code
-
-
-def _parse_tsv(lines: list[str], path: Path, spec: DataSpec) -> tuple[list[str], list[str]]:
+def _tsv_columns(path: Path, spec: DataSpec) -> tuple[int, int]:
     columns = []
     for option, value, default in (
         ("--source-column", spec.source_column, 0),
@@ -436,102 +410,27 @@ def _parse_tsv(lines: list[str], path: Path, spec: DataSpec) -> tuple[list[str],
             columns.append(int(value))
         else:
             raise AiaynError(f"{path}: a TSV file has no column names; {option} must be a 0-based index, got {value!r}")
-    s, t = columns
-    needed = max(s, t) + 1
-    source, target = [], []
-    for number, line in enumerate(lines, 1):
-        fields = line.split("\t")
-        if len(fields) < needed:
-            if not line.strip():
-                fields = [""] * needed  # a blank line is an empty pair: counted and dropped
-            else:
-                raise AiaynError(
-                    f"{path}:{number}: expected at least {needed} tab-separated columns, found {len(fields)}"
-                )
-        source.append(fields[s])
-        target.append(fields[t])
-    return source, target
+    return columns[0], columns[1]
 
 
-def _parse_jsonl(lines: list[str], path: Path) -> pa.Table:
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise AiaynError(f"{path}:{number}: invalid JSON ({err.msg} at column {err.colno})") from None
-        if not isinstance(row, dict):
-            raise AiaynError(f"{path}:{number}: expected a JSON object, found {type(row).__name__}")
-        rows.append(row)
-    keys = list(dict.fromkeys(key for row in rows for key in row))
-    try:
-        return pa.table({key: pa.array([row.get(key) for row in rows]) for key in keys})
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise AiaynError(f"{path}: the lines disagree on the type of a key ({err})") from None
+def _jsonl_pairs(path: Path, spec: DataSpec, hasher) -> Iterator[tuple[pa.Array, pa.Array]]:
+    for table in jsonl_chunks(path, hasher):
+        flat = _flatten(datasets.Dataset(table))
+        source, target = _pair_columns(flat, spec, str(path))  # from here on, the Hub code
+        yield _column(flat, source), _column(flat, target)
 
 
-# ---------------------------------------------------------------------------------------------
-# Cleaning: counted, reported, never silent
-# ---------------------------------------------------------------------------------------------
-
-
-def _clean(
-    source: pa.Array, target: pa.Array, spec: DataSpec, split: str, origin: str, fingerprint: str
-) -> datasets.Dataset:
-    limits = {"max_length": spec.max_length, "max_ratio": spec.max_ratio, "dedup": spec.dedup}
-    report = CleaningReport(origin=origin, split=split, read=len(source), limits=limits)
-    source, target = (pc.fill_null(_combine(side), "") for side in (source, target))
-    stripped_source, stripped_target = pc.utf8_trim_whitespace(source), pc.utf8_trim_whitespace(target)
-    changed = pc.or_(pc.not_equal(source, stripped_source), pc.not_equal(target, stripped_target))
-    source, target = stripped_source, stripped_target
-
-    keep = pc.and_(pc.greater(pc.utf8_length(source), 0), pc.greater(pc.utf8_length(target), 0))
-    report.empty = _count_false(keep)
-    if spec.max_length is not None or spec.max_ratio is not None:
-        source_words = pc.list_value_length(pc.utf8_split_whitespace(source))
-        target_words = pc.list_value_length(pc.utf8_split_whitespace(target))
-    if spec.max_length is not None:
-        fits = pc.and_(pc.less_equal(source_words, spec.max_length), pc.less_equal(target_words, spec.max_length))
-        report.too_long, keep = _drop(keep, fits)
-    if spec.max_ratio is not None:
-        longer = pc.max_element_wise(source_words, target_words)
-        shorter = pc.min_element_wise(source_words, target_words)
-        ratio_ok = pc.less_equal(longer, pc.multiply(pc.cast(shorter, pa.float64()), spec.max_ratio))
-        report.bad_ratio, keep = _drop(keep, ratio_ok)
-    if spec.dedup:
-        index = pa.array(range(len(source)), pa.int64())
-        kept = pa.table({"s": source, "t": target, "i": index}).filter(keep)
-        first = kept.group_by(["s", "t"], use_threads=False).aggregate([("i", "min")]).column("i_min")
-        report.duplicates, keep = _drop(keep, pc.is_in(index, value_set=first.combine_chunks()))
-
-    report.stripped = pc.sum(pc.cast(pc.and_(changed, keep), pa.int64())).as_py() or 0
-    table = pa.table({"source": source, "target": target}).filter(keep)
-    if table.num_rows == 0:
-        raise AiaynError(f"{origin}: no sentence pairs left in {split} after cleaning ({report})")
-    options = json.dumps([_CLEANING_VERSION, limits], sort_keys=True)
-    dataset = datasets.Dataset(
-        table,
-        split=datasets.NamedSplit(split),
-        fingerprint=xxhash.xxh3_128_hexdigest(f"{fingerprint}|{options}".encode()),
-    )
-    dataset.cleaning_report = report
-    return dataset
-
-
-def _combine(values) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-
-
-def _count_false(mask: pa.Array) -> int:
-    return len(mask) - (pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
-
-
-def _drop(keep: pa.Array, condition: pa.Array) -> tuple[int, pa.Array]:
-    """Pairs still kept that fail `condition`, and the mask without them."""
-    new_keep = pc.and_(keep, pc.fill_null(condition, False))
-    return _count_false(new_keep) - _count_false(keep), new_keep
-
-
-__all__ = ["CleaningReport", "DataSpec", "SPLIT_ALIASES", "load_split", "read_lines", "split_candidates"]
+__all__ = [
+    "CleaningReport",
+    "DataSpec",
+    "PairStream",
+    "SPLIT_ALIASES",
+    "clean_chunks",
+    "cleaned_fingerprint",
+    "data_fingerprint",
+    "finish_cleaning",
+    "load_split",
+    "new_report",
+    "open_pairs",
+    "split_candidates",
+]

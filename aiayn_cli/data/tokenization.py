@@ -23,12 +23,14 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ..errors import AiaynError
 from ..files import staging_dir
-from .corpus import DataSpec, load_split
+from .corpus import DataSpec, clean_chunks, load_split, new_report, open_pairs
 from .vocabulary import SPECIAL_TOKENS
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
@@ -54,14 +56,17 @@ def train_tokenizer(
     """Train a joint vocabulary on both sides of a parallel corpus.
 
     Args:
-        data: a `DataSpec` (its `split` is loaded with `load_split`), a dataset with `source` and
-            `target` columns (both are used), or sentences.
+        data: a `DataSpec` (its `split` is read in chunks and never held whole: memory stays
+            bounded on corpora of any size; the `CleaningReport` is left in
+            `tokenizer.cleaning_report`), a dataset with `source` and `target` columns (both are
+            used), or sentences.
         vocab_size: size of the whole vocabulary, special and byte tokens included (paper: ~37,000).
             A small corpus may give fewer tokens: read `len(tokenizer)`.
         model: "bpe" (the paper's byte-pair encoding) or "unigram".
         min_frequency: BPE only: the fewest occurrences of a pair for it to be merged.
-        max_sentences: train on a uniform sample (seeded by `seed`) of this many sentence pairs
-            (or sentences, for plain text), for corpora too large to count in full.
+        max_sentences: take the BPE statistics from a uniform sample (seeded by `seed`) of this
+            many sentence pairs (or sentences, for plain text), as SentencePiece's
+            `input_sentence_size`: memory grows with the sample, not with the corpus.
         output_dir: where to save (`tokenizer.json` + `tokenizer_config.json`), written under a
             temporary name and renamed, so that a failure leaves nothing behind. It must not exist
             unless `overwrite`.
@@ -70,9 +75,15 @@ def train_tokenizer(
     _check_options(vocab_size, model, min_frequency, max_sentences, model_max_length)
     if output_dir is not None:
         check_output_dir(Path(output_dir), overwrite)
+    report = None
+    if isinstance(data, DataSpec) and data.dedup:  # repeats are found over the whole corpus
+        data = load_split(data, split, show_progress=show_progress)
+        report = data.cleaning_report
     if isinstance(data, DataSpec):
-        data = load_split(data, split)
-    sentences, count = _sentences(data, max_sentences, seed)
+        report = new_report(data, "", split)
+        sentences, count = _streamed_sentences(data, split, report, max_sentences, seed, show_progress), None
+    else:
+        sentences, count = _sentences(data, max_sentences, seed)
 
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>") if model == "bpe" else models.Unigram())
     tokenizer.normalizer = normalizers.NFKC()
@@ -110,6 +121,7 @@ def train_tokenizer(
     )
     if output_dir is not None:
         save_atomically(fast, Path(output_dir), overwrite)
+    fast.cleaning_report = report  # what reading a DataSpec found (None for other data)
     return fast
 
 
@@ -151,6 +163,43 @@ def _sentences(data, max_sentences: int | None, seed: int) -> tuple[Iterator[lis
     if max_sentences is not None and max_sentences < len(texts):
         texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_sentences, replace=False))]
     return (texts[i : i + 1000] for i in range(0, len(texts), 1000)), len(texts)
+
+
+def _streamed_sentences(
+    spec: DataSpec, split: str, report, max_sentences: int | None, seed: int, show_progress: bool
+) -> Iterator[list[str]]:
+    """Batches of sentences (both sides) of a split read chunk by chunk, or of a uniform sample of its pairs."""
+    stream = open_pairs(spec, split)
+    report.origin = stream.origin
+
+    def counted(chunks):
+        for table in chunks:
+            report.stripped += pc.sum(pc.cast(table.column("changed"), pa.int64())).as_py() or 0
+            yield table
+
+    chunks = counted(clean_chunks(stream, spec, report, show_progress))
+    for table in chunks if max_sentences is None else [_sample(chunks, max_sentences, seed)]:
+        for batch in table.select(["source", "target"]).to_batches(max_chunksize=1000):
+            yield batch.column(0).to_pylist() + batch.column(1).to_pylist()
+    if report.kept == 0:
+        raise AiaynError(f"{report.origin}: no sentence pairs left in {split} after cleaning ({report})")
+
+
+def _sample(chunks: Iterator[pa.Table], size: int, seed: int) -> pa.Table:
+    """A uniform sample of `size` rows, in corpus order: the rows with the `size` smallest random keys."""
+    rng, kept, offset = np.random.default_rng(seed), None, 0
+    for table in chunks:
+        rows = table.num_rows
+        table = table.append_column("key", pa.array(rng.random(rows)))
+        table = table.append_column("row", pa.array(np.arange(offset, offset + rows)))
+        offset += rows
+        kept = table if kept is None else pa.concat_tables([kept, table])
+        if kept.num_rows > size:
+            keys = kept.column("key").to_numpy()
+            kept = kept.take(np.argpartition(keys, size)[:size]).combine_chunks()
+    if kept is None:
+        return pa.table({"source": [], "target": [], "changed": pa.array([], pa.bool_())})
+    return kept.take(np.argsort(kept.column("row").to_numpy()))
 
 
 def _with_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:

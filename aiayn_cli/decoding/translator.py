@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ..data.lines import decode_lines
 from ..data.vocabulary import check_tokenizer as check_token_ids
 from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
@@ -304,21 +305,6 @@ class Translator:
 
 
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
-
-
-def decode_lines(raw_lines: Iterable[bytes], source: str = "input") -> Iterator[str]:
-    """Text lines from binary ones (split on b"\\n" only, as `for line in binary_file` does): a trailing
-    "\\r" and a first-line byte-order mark are dropped; invalid UTF-8 is replaced by U+FFFD, with a
-    warning that names the line."""
-    for number, raw in enumerate(raw_lines, 1):
-        raw = raw[:-1] if raw.endswith(b"\n") else raw
-        raw = raw[:-1] if raw.endswith(b"\r") else raw
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            logger.warning("%s line %d: invalid UTF-8, the bad bytes were replaced by U+FFFD", source, number)
-        yield text[1:] if number == 1 and text.startswith("\ufeff") else text
 
 
 def make_batches(lengths: list[int], max_tokens: int, batch_size: int) -> list[list[int]]:

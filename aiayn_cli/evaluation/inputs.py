@@ -26,30 +26,12 @@ class ScoringInputs:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, read as the `sacrebleu` command reads them: split on "\\n"
-    only, trailing whitespace stripped, a leading byte-order mark dropped. Raises `AiaynError` naming
-    the file (and the line)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise AiaynError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise AiaynError(f"{path}: is a folder; expected a text file with one sentence per line") from None
-    except PermissionError:
-        raise AiaynError(f"{path}: permission denied") from None
-    raw_lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a byte-order mark is not text
-    if raw_lines[-1] == b"":  # the newline after the last line, or an empty file
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip())
-        except UnicodeDecodeError as err:
-            raise AiaynError(
-                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
-            ) from None
-    return lines
+    """The lines of a UTF-8 text file, by the project's one line reader (`aiayn_cli.data.lines`:
+    LF or CRLF, a leading byte-order mark dropped, invalid UTF-8 an error naming the line), each with
+    its trailing whitespace stripped, as the `sacrebleu` command reads them."""
+    from ..data.lines import read_lines as read_text_lines
+
+    return [line.rstrip() for line in read_text_lines(path)]
 
 
 def read_parallel(hypotheses: str | Path, references: Sequence[str | Path]) -> tuple[list[str], list[list[str]]]:

@@ -135,8 +135,8 @@ class TrainRecipe:
     """Tokens per batch and process (padding included), the larger of the source and target sides."""
     update_freq: PositiveInt = 1
     """Batches accumulated per optimizer step: tokens per step = max_tokens * update_freq * processes."""
-    num_proc: PositiveInt = 1
-    """Processes for tokenizing the data."""
+    num_proc: PositiveInt | None = None
+    """Processes for tokenizing the data; null: this machine's cores (one for fewer than 100,000 pairs)."""
 
     # --- 5.3 Optimizer ------------------------------------------------------------------------
     adam_betas: Annotated[list[Probability], Field(min_length=2, max_length=2)] = field(

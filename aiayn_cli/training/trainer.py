@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader
 
 from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
 from ..data.corpus import load_split
+from ..data.prepare import prepare_split
 from ..data.vocabulary import SPECIAL_IDS, check_tokenizer
 from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
@@ -109,11 +110,11 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     torch.manual_seed(recipe.seed)
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
-    data = load_data(recipe, tokenizer, accelerator)
+    data = load_data(recipe, tokenizer, accelerator, show_progress)
     state = TrainState(
         num_processes=accelerator.num_processes,
         tokenizer_hash=tokenizer_hash(tokenizer),
-        data_fingerprint=getattr(data.train, "_fingerprint", "") or "",
+        data_fingerprint=data.fingerprint,
     )
     if checkpoint is not None:
         saved = TrainState.from_checkpoint(checkpoint)
@@ -245,6 +246,18 @@ def tokenizer_hash(tokenizer) -> str:
     return xxhash.xxh3_64_hexdigest(backend.to_str().encode()) if backend is not None else ""
 
 
+def prepare_training_data(recipe: TrainRecipe, show_progress: bool = False):
+    """The recipe's training split, prepared (`aiayn prepare`): a `PreparedSplit` whose `path` is the cache."""
+    return prepare_split(
+        recipe.data,
+        recipe.train_split,
+        load_tokenizer(recipe.tokenizer),
+        max_length=recipe.max_length,
+        num_proc=recipe.num_proc,
+        show_progress=show_progress,
+    )
+
+
 @dataclass
 class _Data:
     train: Any  # the tokenized training split
@@ -253,25 +266,40 @@ class _Data:
     valid_loader: DataLoader | None
     bleu_sources: list[str]
     bleu_references: list[str]
+    fingerprint: str  # of the prepared training data: the text, its cleaning and tokenization
 
 
-def load_data(recipe: TrainRecipe, tokenizer, accelerator) -> _Data:
-    """Tokenized splits (the main process first, the others read its cache) and this process's loaders."""
+def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool = False) -> _Data:
+    """Tokenized splits (`prepare_split`: the main process first, the others open its cache) and this
+    process's loaders."""
     collate = Seq2SeqCollator(tokenizer.pad_token_id)
     rank, world = accelerator.process_index, accelerator.num_processes
-    with accelerator.main_process_first():
-        train_raw = load_split(recipe.data, recipe.train_split)
-        train = tokenize_split(train_raw, tokenizer, max_length=recipe.max_length, num_proc=recipe.num_proc)
-        valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
-        valid = tokenize_split(valid_raw, tokenizer, num_proc=recipe.num_proc) if valid_raw is not None else None
-    if accelerator.is_main_process:
-        _echo(
-            accelerator,
-            str(train_raw.cleaning_report) + f"; {train.num_too_long} longer than "
-            f"{recipe.max_length} subword tokens dropped",
+    main = accelerator.is_main_process
+    with accelerator.main_process_first():  # the main process prepares; the others open its cache
+        prepared = prepare_split(
+            recipe.data,
+            recipe.train_split,
+            tokenizer,
+            max_length=recipe.max_length,
+            num_proc=recipe.num_proc,
+            show_progress=show_progress and main,
         )
+        train = prepared.dataset
+        valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
+        valid = tokenize_split(valid_raw, tokenizer) if valid_raw is not None else None
+    _echo(
+        accelerator,
+        f"{prepared.report}; {prepared.num_too_long} longer than {recipe.max_length} subword tokens dropped; "
+        f"prepared data {'opened from' if prepared.from_cache else 'written to'} {prepared.path}",
+    )
     sampler = TokenBatchSampler.from_dataset(
-        train, recipe.max_tokens, shuffle=True, seed=recipe.seed, num_replicas=world, rank=rank
+        train,
+        recipe.max_tokens,
+        shuffle=True,
+        seed=recipe.seed,
+        num_replicas=world,
+        rank=rank,
+        show_progress=show_progress and main,
     )
     # A generator of its own: iterating the loader never touches the global RNG.
     train_loader = DataLoader(
@@ -293,7 +321,7 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator) -> _Data:
             indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
         sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
         references = [valid_raw[i]["target"] for i in indices] if sources else []
-    return _Data(train, train_loader, sampler, valid_loader, sources, references)
+    return _Data(train, train_loader, sampler, valid_loader, sources, references, prepared.path.name)
 
 
 def quiet_libraries() -> None:
@@ -332,6 +360,7 @@ __all__ = [
     "load_tokenizer",
     "make_accelerator",
     "micro_batch_seed",
+    "prepare_training_data",
     "quiet_libraries",
     "train",
 ]

@@ -37,18 +37,22 @@ def train_tokenizer(
     min_frequency: Annotated[
         int, typer.Option("--min-frequency", help="BPE: fewest occurrences of a pair to merge it.")
     ] = 2,
-    max_sentences: Annotated[
+    sample: Annotated[
         int | None,
-        typer.Option("--max-sentences", help="Train on a uniform random sample of this many sentence pairs."),
+        typer.Option(
+            "--sample",
+            "--max-sentences",
+            help="Take the BPE statistics from a uniform random sample of this many sentence pairs "
+            "(memory grows with the sample, not the corpus; SentencePiece's input_sentence_size).",
+        ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the --max-sentences sample.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the --sample.")] = 0,
     model_max_length: Annotated[
         int, typer.Option("--model-max-length", help="Longest input in tokens, recorded in tokenizer_config.json.")
     ] = 1024,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
     """Train the shared BPE (or unigram) vocabulary of both languages; it loads with AutoTokenizer."""
-    from ...data.corpus import load_split
     from ...data.tokenization import check_output_dir
     from ...data.tokenization import train_tokenizer as train_joint_tokenizer
 
@@ -70,17 +74,18 @@ def train_tokenizer(
         dedup=dedup,
     )
     check_output_dir(output, overwrite)  # before reading a corpus that may be large
-    corpus = load_split(spec, split)
-    typer.echo(corpus.cleaning_report, err=True)
     tokenizer = train_joint_tokenizer(
-        corpus,
+        spec,
+        split=split,
         vocab_size=vocab_size,
         model=model,
         min_frequency=min_frequency,
-        max_sentences=max_sentences,
+        max_sentences=sample,
         seed=seed,
         output_dir=output,
         overwrite=overwrite,
         model_max_length=model_max_length,
     )
+    if tokenizer.cleaning_report is not None:
+        typer.echo(tokenizer.cleaning_report, err=True)
     typer.echo(f"wrote a {model} tokenizer of {len(tokenizer)} tokens to {output}")

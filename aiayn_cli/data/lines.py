@@ -1,0 +1,179 @@
+"""The one line reader: UTF-8 text files of any size, one sentence per line, read in chunks.
+
+Every command that reads sentences from a file reads them here, with the same rules:
+
+- a line ends at `\\n` (as `wc -l` counts); a `\\r` right before it belongs to the ending (CRLF files
+  read as LF files); other separators (`\\u2028`, `\\x85`, form feeds) and NUL are ordinary characters;
+- the newline after the last line is optional; an empty file has no lines; a UTF-8 byte-order mark at
+  the start of the file is skipped;
+- invalid UTF-8 raises `AiaynError` naming the file, the line and the byte (`errors="strict"`), or is
+  replaced by U+FFFD, with the line numbers passed to `on_invalid` (`errors="replace"`).
+
+`iter_line_chunks` yields the lines as Arrow string arrays of a few million lines at most, built
+straight from the file's bytes (numpy finds the newlines; no Python string per line), so that a
+corpus of any size is read in bounded memory. `read_lines` gives a small file's lines as a list.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import AiaynError
+
+logger = logging.getLogger(__name__)
+
+CHUNK_BYTES = 1 << 26  # 64 MiB of text per chunk
+
+
+def open_text(path: str | Path):
+    """`open(path, "rb")`, with `AiaynError` for a missing file, a folder or no permission."""
+    path = Path(path)
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise AiaynError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise AiaynError(f"{path}: is a folder, not a file") from None
+    except PermissionError:
+        raise AiaynError(f"{path}: permission denied") from None
+
+
+def iter_line_chunks(
+    path: str | Path,
+    *,
+    errors: str = "strict",
+    on_invalid: Callable[[int], None] | None = None,
+    hasher=None,
+    chunk_bytes: int | None = None,
+) -> Iterator[pa.Array]:
+    """The lines of a UTF-8 text file, as consecutive Arrow string arrays.
+
+    Args:
+        errors: "strict" (invalid UTF-8 raises `AiaynError` naming the file and line) or "replace".
+        on_invalid: with "replace", called with the (1-based) number of each line that held invalid UTF-8.
+        hasher: an object with `update(bytes)` (an `xxhash` hasher) fed every byte of the file, as read.
+        chunk_bytes: bytes read at a time (default `CHUNK_BYTES`); a chunk holds the whole lines among them.
+    """
+    if errors not in ("strict", "replace"):
+        raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
+    path, chunk_bytes = Path(path), chunk_bytes or CHUNK_BYTES
+    first_line, carry, start = 1, b"", True
+    with open_text(path) as file:
+        while True:
+            block = file.read(max(chunk_bytes, len(codecs.BOM_UTF8)) if start else chunk_bytes)
+            if hasher is not None:
+                hasher.update(block)
+            at_end = not block
+            if start:
+                start = False
+                if block.startswith(codecs.BOM_UTF8):
+                    block = block[len(codecs.BOM_UTF8) :]
+            data = carry + block if carry else block
+            if at_end:  # what is left is the last line, without its newline
+                if data:
+                    yield _lines(data, path, first_line, errors, on_invalid, final=True)
+                return
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                carry = data
+                continue
+            carry = data[cut:]
+            lines = _lines(data[:cut], path, first_line, errors, on_invalid, final=False)
+            first_line += len(lines)
+            yield lines
+
+
+def read_lines(
+    path: str | Path, *, errors: str = "strict", on_invalid: Callable[[int], None] | None = None
+) -> list[str]:
+    """All lines of a (small) text file as a list of strings, by the rules of `iter_line_chunks`."""
+    lines: list[str] = []
+    for chunk in iter_line_chunks(path, errors=errors, on_invalid=on_invalid):
+        lines.extend(chunk.to_pylist())
+    return lines
+
+
+def decode_lines(raw_lines: Iterable[bytes], source: str = "input") -> Iterator[str]:
+    """Text lines from a stream of binary ones (standard input, read as it arrives), by the rules of this
+    module with `errors="replace"`: a trailing "\\r" and a first-line byte-order mark are dropped; invalid
+    UTF-8 is replaced by U+FFFD, with a warning that names the line."""
+    for number, raw in enumerate(raw_lines, 1):
+        raw = raw[:-1] if raw.endswith(b"\n") else raw
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            logger.warning("%s line %d: invalid UTF-8, the bad bytes were replaced by U+FFFD", source, number)
+        yield text[1:] if number == 1 and text.startswith("\ufeff") else text
+
+
+def _lines(data: bytes, path: Path, first_line: int, errors: str, on_invalid, final: bool) -> pa.Array:
+    """The lines of `data` (whole lines, each ending in `\\n` unless `final`) as an Arrow string array."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(raw == 10)  # (lines,) the position of each `\n`
+    if final:
+        ends = np.append(ends, len(raw))
+    starts = np.empty_like(ends)
+    starts[0], starts[1:] = 0, ends[:-1] + 1
+    # Drop each line's ending: its `\n` and a `\r` before it. (A final line has no `\n`.)
+    has_newline = np.ones(len(ends), dtype=bool)
+    if final:
+        has_newline[-1] = False
+    has_cr = (ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13)
+    keep = np.ones(len(raw), dtype=bool)
+    keep[ends[has_newline]] = False
+    keep[ends[has_cr] - 1] = False
+    removed = np.cumsum(has_newline.astype(np.int64) + has_cr)
+    offsets = np.empty(len(ends) + 1, dtype=np.int64)
+    offsets[0], offsets[1:] = 0, ends + has_newline - removed
+    text = raw[keep]
+    if offsets[-1] < 2**31:
+        lines = pa.StringArray.from_buffers(
+            len(ends), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(text.tobytes())
+        )
+    else:
+        lines = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(text.tobytes()))
+    try:
+        lines.validate(full=True)  # checks the UTF-8
+        return lines
+    except pa.ArrowInvalid:
+        pass
+    return _invalid_utf8(data, starts, path, first_line, errors, on_invalid)
+
+
+def _invalid_utf8(data: bytes, starts: np.ndarray, path: Path, first_line: int, errors: str, on_invalid) -> pa.Array:
+    """Raise for the first invalid byte (strict), or decode with U+FFFD and report each bad line (replace)."""
+    position, bad_lines = 0, []
+    while True:
+        try:
+            data[position:].decode("utf-8")
+            break
+        except UnicodeDecodeError as err:
+            at = position + err.start
+            index = int(np.searchsorted(starts, at, side="right")) - 1
+            if errors == "strict":
+                raise AiaynError(
+                    f"{path}:{first_line + index}: invalid UTF-8 "
+                    f"(byte 0x{data[at]:02x} at byte {at - int(starts[index]) + 1} of the line)"
+                ) from None
+            if not bad_lines or bad_lines[-1] != first_line + index:
+                bad_lines.append(first_line + index)
+            position += err.end
+    for number in bad_lines:
+        if on_invalid is not None:
+            on_invalid(number)
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "" and text.endswith("\n"):
+        lines.pop()
+    return pa.array([line[:-1] if line.endswith("\r") else line for line in lines], pa.string())
+
+
+__all__ = ["CHUNK_BYTES", "iter_line_chunks", "open_text", "read_lines"]
