@@ -10,6 +10,8 @@ The package is laid out by the layers of the work, each a subpackage that says w
     hub/          the folder and model card that go to the Hugging Face Hub
     quickstart/   the generated English->German corpus and the end-to-end quickstart
     inspection/   attention of a trained model: extraction, pictures, the explorer, word alignments
+    paper/        the paper's claims shown and measured (`aiayn paper TOPIC`)
+    serving/      an HTTP API over `Translator` (`aiayn serve`) and the CTranslate2 export
     cli/          the `aiayn` command line: thin commands over the layers above
 
 Names are imported on first use, so that `aiayn --version` does not load torch. Importing the model
