@@ -18,9 +18,11 @@ A command declares the data options it needs with these aliases and builds its `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from ..errors import AiaynError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.corpus import DataSpec
@@ -199,3 +201,34 @@ __all__ = [
     "TargetLangOpt",
     "data_spec",
 ]
+
+
+# Recipe keys from the command line (`aiayn train`, `aiayn prepare`)
+
+DATA_SOURCES = ("dataset", "data_dir", "prefix", "source_file", "target_file", "data_file")
+
+
+def recipe_overrides(set_values: list[str] | None, data: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """The recipe keys a command line sets: `--set KEY=VALUE` (YAML values) first, then a data
+    source (given one, it replaces the recipe's whole source: `data` maps `DataSpec` fields to flag
+    values), then the other flags that were given (`flags` maps dotted recipe keys to flag values)."""
+    import yaml
+
+    overrides: dict[str, Any] = {}
+    for item in set_values or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise AiaynError(f"--set {item}: expected KEY=VALUE, e.g. --set lr_scale=2")
+        try:
+            overrides[key.strip()] = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            raise AiaynError(f"--set {item}: the value is not valid YAML") from None
+    if any(data.get(name) is not None for name in DATA_SOURCES):
+        overrides.update({f"data.{name}": _plain(data.get(name)) for name in DATA_SOURCES})
+    given = {**{f"data.{k}": v for k, v in data.items() if k not in DATA_SOURCES}, **flags}
+    overrides.update({key: _plain(value) for key, value in given.items() if value is not None})
+    return overrides
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value

@@ -1,7 +1,7 @@
-"""`aiayn prepare RECIPE.yaml`: read, clean and tokenize a recipe's training data once, ahead of training.
+"""`aiayn prepare RECIPE`: read, clean and tokenize a recipe's training data once, ahead of training.
 
-aiayn prepare recipes/wmt14_en_de_base.yaml            # then: aiayn train recipes/wmt14_en_de_base.yaml
-aiayn prepare recipes/multi30k_en_de.yaml --data-dir ../shared/data/multi30k --cache-dir /scratch/aiayn
+aiayn prepare wmt14_en_de_base            # then: aiayn train wmt14_en_de_base
+aiayn prepare multi30k_en_de --data-dir ../shared/data/multi30k --cache-dir /scratch/aiayn
 
 What fairseq's `preprocess` and OpenNMT's `build_vocab` do: `aiayn train` (every process, every
 resume) then opens the prepared Arrow files instead of reading the text again.
@@ -15,11 +15,12 @@ from typing import Annotated
 import typer
 
 from .. import options
-from .train import _set_overrides
 
 
 def prepare(
-    recipe: Annotated[Path, typer.Argument(help="A recipe (YAML): recipes/*.yaml. Flags override its keys.")],
+    recipe: Annotated[
+        str, typer.Argument(help="A recipe: a YAML file, or the name of a shipped one. Flags override its keys.")
+    ],
     tokenizer: Annotated[
         str | None, typer.Option("--tokenizer", help="The folder written by `aiayn train-tokenizer`.")
     ] = None,
@@ -48,30 +49,23 @@ def prepare(
     target_lang: options.TargetLangOpt = None,
 ) -> None:
     """Prepare a recipe's training split (clean, tokenize, cache) and print where the cache is."""
-    from ...training.recipe import load_recipe
+    from ...training.recipe import find_recipe, load_recipe
     from ...training.trainer import prepare_training_data
 
-    overrides = _set_overrides(set_values or [])
-    sources = {
+    data = {
         "dataset": dataset,
         "data_dir": data_dir,
         "prefix": prefix,
         "source_file": source_file,
         "target_file": target_file,
         "data_file": data_file,
+        "dataset_config": dataset_config,
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        "cache_dir": cache_dir,
     }
-    if any(v is not None for v in sources.values()):  # a data source on the command line replaces the recipe's
-        overrides.update({f"data.{k}": str(v) if v is not None else None for k, v in sources.items()})
-    flags = {
-        "tokenizer": tokenizer,
-        "num_proc": num_proc,
-        "data.cache_dir": str(cache_dir) if cache_dir is not None else None,
-        "data.dataset_config": dataset_config,
-        "data.source_lang": source_lang,
-        "data.target_lang": target_lang,
-    }
-    overrides.update({k: v for k, v in flags.items() if v is not None})
-    prepared = prepare_training_data(load_recipe(recipe, overrides), show_progress=progress)
+    overrides = options.recipe_overrides(set_values, data, {"tokenizer": tokenizer, "num_proc": num_proc})
+    prepared = prepare_training_data(load_recipe(find_recipe(recipe), overrides), show_progress=progress)
     typer.echo(prepared.report, err=True)
     state = "opened from the cache" if prepared.from_cache else "prepared"
     typer.echo(f"{len(prepared.dataset)} pairs {state}: {prepared.path}")

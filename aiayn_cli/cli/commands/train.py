@@ -12,10 +12,9 @@ second one stops at once. The output folder is locked while a run uses it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
 
 from ...errors import AiaynError
 from .. import options
@@ -124,17 +123,17 @@ def train(
     from ...training.trainer import quiet_libraries
     from ...training.trainer import train as run_training
 
-    overrides = _set_overrides(set_values or [])
-    sources = {
+    data = {
         "dataset": dataset,
         "data_dir": data_dir,
         "prefix": prefix,
         "source_file": source_file,
         "target_file": target_file,
         "data_file": data_file,
+        "dataset_config": dataset_config,
+        "source_lang": source_lang,
+        "target_lang": target_lang,
     }
-    if any(v is not None for v in sources.values()):  # a data source on the command line replaces the recipe's
-        overrides.update({f"data.{k}": str(v) if v is not None else None for k, v in sources.items()})
     flags = {
         "output_dir": output_dir,
         "tokenizer": tokenizer,
@@ -147,30 +146,14 @@ def train(
         "seed": seed,
         "mixed_precision": mixed_precision,
         "compile": compile,
-        "data.dataset_config": dataset_config,
-        "data.source_lang": source_lang,
-        "data.target_lang": target_lang,
     }
-    overrides.update({k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None})
+    overrides = options.recipe_overrides(set_values, data, flags)
     if recipe is None and not overrides:
         raise AiaynError("give a recipe (a YAML file, or a name that `aiayn recipes` lists) or the keys as flags")
     resolved = load_recipe(find_recipe(recipe) if recipe is not None else None, overrides)
     quiet_libraries()
     result = run_training(resolved, resume=resume, show_progress=progress, accept_new_data=accept_new_data)
     _report(result)
-
-
-def _set_overrides(values: list[str]) -> dict[str, Any]:
-    overrides = {}
-    for item in values:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise AiaynError(f"--set {item}: expected KEY=VALUE, e.g. --set lr_scale=2")
-        try:
-            overrides[key.strip()] = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
-            raise AiaynError(f"--set {item}: the value is not valid YAML") from None
-    return overrides
 
 
 def _report(result) -> None:
