@@ -26,7 +26,9 @@ class AiaynError(ValueError):
     def render(self, name: Callable[[str], str] = str) -> str:
         """The line, with the key (if any) named by `name(key)` in front of the message, and the other
         keys it mentions (`{data_dir}` placeholders, listed in `mentions`) named the same way."""
-        message = self.message.format(**{k: name(k) for k in self.mentions}) if self.mentions else self.message
+        message = self.message
+        for key in self.mentions:  # only these placeholders: a path in the message may hold braces too
+            message = message.replace("{" + key + "}", name(key))
         return f"{name(self.key)} {message}" if self.key else message
 
     def __str__(self) -> str:

@@ -106,7 +106,7 @@ def tokenize_split(
             f"(columns: {', '.join(dataset.column_names)})"
         )
     if max_length is not None and max_length < 2:
-        raise AiaynError(f"--max-length must be at least 2 tokens (one and </s>), got {max_length}")
+        raise AiaynError(f"must be at least 2 tokens (one and </s>), got {max_length}", key="max_length")
     backend = _with_large_cache(getattr(tokenizer, "backend_tokenizer", tokenizer))
     key = xxhash.xxh3_128_hexdigest(
         "|".join([_TOKENIZE_VERSION, dataset._fingerprint, backend.to_str(), str(max_length)]).encode()
@@ -238,8 +238,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         longest = int(max(self.src_lengths.max(), self.tgt_lengths.max()))
         if max_tokens < longest:
             raise AiaynError(
-                f"--max-tokens {max_tokens} is less than the longest sentence ({longest} tokens); "
-                "raise it or drop long pairs with --max-length"
+                f"{{max_tokens}} {max_tokens} is less than the longest sentence ({longest} tokens); raise it or drop long pairs with {{max_length}}",
+                mentions=("max_tokens", "max_length"),
             )
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
         self.shuffle, self.seed = shuffle, seed

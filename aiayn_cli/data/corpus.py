@@ -306,8 +306,8 @@ def _pair_columns(flat: datasets.Dataset, spec: DataSpec, where: str) -> tuple[s
     if all(lang in columns for lang in langs):
         return langs[0], langs[1]
     raise AiaynError(
-        f"{where}: no 'translation' column and no columns {langs[0]!r} and {langs[1]!r} "
-        f"(columns: {', '.join(columns)}); name them with --source-column/--target-column"
+        f"{where}: no 'translation' column and no columns {langs[0]!r} and {langs[1]!r} (columns: {', '.join(columns)}); name them with {{source_column}}/{{target_column}}",
+        mentions=("source_column", "target_column"),
     )
 
 
@@ -344,14 +344,15 @@ def _column(flat: datasets.Dataset, name: str) -> pa.ChunkedArray:
 def _file_format(spec: DataSpec) -> str:
     if spec.data_format:
         if spec.data_format not in ("tsv", "jsonl"):
-            raise AiaynError(f"--data-format must be tsv or jsonl, got {spec.data_format!r}")
+            raise AiaynError(f"must be tsv or jsonl, got {spec.data_format!r}", key="data_format")
         return spec.data_format
     suffix = Path(str(spec.data_file)).suffix.lower()
     formats = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
     if suffix not in formats:
         raise AiaynError(
-            f"--data-file {spec.data_file}: cannot tell the format from {suffix or 'no extension'!r}; "
-            "use a .tsv or .jsonl name, or --data-format"
+            f"{spec.data_file}: cannot tell the format from {suffix or 'no extension'!r}; use a .tsv or .jsonl name, or {{data_format}}",
+            key="data_file",
+            mentions=("data_format",),
         )
     return formats[suffix]
 
@@ -362,7 +363,7 @@ def _local_files(spec: DataSpec, split: str) -> tuple[str, list[Path]]:
     if spec.data_dir:
         directory = Path(spec.data_dir)
         if not directory.is_dir():
-            raise AiaynError(f"--data-dir {directory}: not a folder")
+            raise AiaynError(f"{directory}: not a folder", key="data_dir")
         looked = []
         for name in candidates:
             pair = [directory / f"{name}.{spec.source_lang}", directory / f"{name}.{spec.target_lang}"]
@@ -373,8 +374,8 @@ def _local_files(spec: DataSpec, split: str) -> tuple[str, list[Path]]:
                     return fmt, [directory / f"{name}.{fmt}"]
             looked.append(f"{name}.{spec.source_lang}+{name}.{spec.target_lang}")
         raise AiaynError(
-            f"--data-dir {directory}: no {split} data for {spec.source_lang}-{spec.target_lang} "
-            f"(looked for {', '.join(looked)}, and .jsonl/.tsv)"
+            f"{directory}: no {split} data for {spec.source_lang}-{spec.target_lang} (looked for {', '.join(looked)}, and .jsonl/.tsv)",
+            key="data_dir",
         )
     if spec.prefix:
         prefix = _existing_split_path(spec.prefix, candidates, suffix=f".{spec.source_lang}")

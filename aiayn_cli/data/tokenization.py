@@ -129,18 +129,18 @@ def _check_options(
     vocab_size: int, model: str, min_frequency: int, max_sentences: int | None, model_max_length: int
 ) -> None:
     if model not in MODELS:
-        raise AiaynError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+        raise AiaynError(f"must be one of {', '.join(MODELS)}, got {model!r}", key="model")
     if vocab_size < MIN_VOCAB_SIZE:
         raise AiaynError(
-            f"--vocab-size must be at least {MIN_VOCAB_SIZE} (4 special tokens, 256 byte tokens "
-            f"and an alphabet), got {vocab_size}"
+            f"must be at least {MIN_VOCAB_SIZE} (4 special tokens, 256 byte tokens and an alphabet), got {vocab_size}",
+            key="vocab_size",
         )
     if min_frequency < 0:
-        raise AiaynError(f"--min-frequency must be 0 or more, got {min_frequency}")
+        raise AiaynError(f"must be 0 or more, got {min_frequency}", key="min_frequency")
     if max_sentences is not None and max_sentences < 1:
-        raise AiaynError(f"--max-sentences must be at least 1, got {max_sentences}")
+        raise AiaynError(f"must be at least 1, got {max_sentences}", key="max_sentences")
     if model_max_length < 1:
-        raise AiaynError(f"--model-max-length must be at least 1, got {model_max_length}")
+        raise AiaynError(f"must be at least 1, got {model_max_length}", key="model_max_length")
 
 
 def _sentences(data, max_sentences: int | None, seed: int) -> tuple[Iterator[list[str]], int]:
@@ -225,9 +225,13 @@ def _with_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
 def check_output_dir(output_dir: Path, overwrite: bool) -> None:
     """Raise `AiaynError` unless `output_dir` may be written: absent, empty, or `overwrite`."""
     if output_dir.exists() and not output_dir.is_dir():
-        raise AiaynError(f"--output {output_dir}: exists and is not a folder")
+        raise AiaynError(f"{output_dir}: exists and is not a folder", key="output")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise AiaynError(f"--output {output_dir}: exists and is not empty; pass --overwrite to replace it")
+        raise AiaynError(
+            f"{output_dir}: exists and is not empty; pass {{overwrite}} to replace it",
+            key="output",
+            mentions=("overwrite",),
+        )
 
 
 def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwrite: bool = False) -> None:

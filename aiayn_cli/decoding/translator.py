@@ -311,7 +311,10 @@ def make_batches(lengths: list[int], max_tokens: int, batch_size: int) -> list[l
     """Indices into `lengths`, longest first, grouped so that a batch holds at most `batch_size`
     sentences and at most `max_tokens` tokens once padded (a longer sentence is a batch of its own)."""
     if max_tokens < 1 or batch_size < 1:
-        raise AiaynError(f"--max-tokens and --batch-size must be >= 1, got {max_tokens} and {batch_size}")
+        raise AiaynError(
+            f"{{max_tokens}} and {{batch_size}} must be >= 1, got {max_tokens} and {batch_size}",
+            mentions=("max_tokens", "batch_size"),
+        )
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     for i in order:

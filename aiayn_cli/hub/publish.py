@@ -219,7 +219,10 @@ def stage_folder(model_dir: str | Path, output_dir: str | Path, info: CardInfo) 
     if not model_dir.is_dir():
         raise AiaynError(f"{model_dir}: no such model folder")
     if output_dir.exists() and any(output_dir.iterdir()):
-        raise AiaynError(f"{output_dir}: exists and is not empty; choose another --output-dir or remove it")
+        raise AiaynError(
+            f"{output_dir}: exists and is not empty; choose another {{output_dir}} or remove it",
+            mentions=("output_dir",),
+        )
     model, tokenizer = load_for_staging(model_dir)
     info.recipe = info.recipe or find_beside(model_dir, RECIPE_NAMES)
     info.learning_curve = info.learning_curve or find_beside(model_dir, CURVE_NAMES)
@@ -266,9 +269,11 @@ def push_folder(
             commit_message=commit_message or f"Upload {repo_id.split('/')[-1]} with aiayn",
         )
     except LocalTokenNotFoundError:
-        raise AiaynError("no Hugging Face token: pass --token, set HF_TOKEN, or run `hf auth login`") from None
+        raise AiaynError(
+            "no Hugging Face token: pass {token}, set HF_TOKEN, or run `hf auth login`", mentions=("token",)
+        ) from None
     except HFValidationError as err:
-        raise AiaynError(f"--repo-id {repo_id!r}: {_scrub(first_line(err), token)}") from None
+        raise AiaynError(f"{repo_id!r}: {_scrub(first_line(err), token)}", key="repo_id") from None
     except HfHubHTTPError as err:
         status = getattr(getattr(err, "response", None), "status_code", None)
         hint = {

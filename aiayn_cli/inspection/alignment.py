@@ -39,7 +39,9 @@ def resolve_layer(ex: Explanation, layer: int | None) -> int:
     layer = DEFAULT_LAYER if layer is None else layer
     number = count + 1 + layer if layer < 0 else layer
     if not 1 <= number <= count:
-        raise AiaynError(f"--alignment-layer {layer}: the model's decoder has layers 1 to {count} (or -1 to -{count})")
+        raise AiaynError(
+            f"{layer}: the model's decoder has layers 1 to {count} (or -1 to -{count})", key="alignment_layer"
+        )
     return number
 
 

@@ -71,14 +71,14 @@ def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
 
 def _inputs(request: AttentionRequest) -> tuple[list[str], list[str] | None]:
     if request.sentences and request.input is not None:
-        raise AiaynError("give sentences as arguments or --input FILE, not both")
+        raise AiaynError("give sentences as arguments or {input} FILE, not both", mentions=("input",))
     if request.references and request.reference_file is not None:
-        raise AiaynError("give --reference or --reference-file, not both")
+        raise AiaynError("give {reference} or {reference_file}, not both", mentions=("reference", "reference_file"))
     sources = list(request.sentences or [])
     if request.input is not None:
         sources = _read_lines(request.input, "--input")
     if not sources:
-        raise AiaynError("no sentence: give sentences as arguments or --input FILE")
+        raise AiaynError("no sentence: give sentences as arguments or {input} FILE", mentions=("input",))
     references = list(request.references) if request.references else None
     if request.reference_file is not None:
         references = _read_lines(request.reference_file, "--reference-file")
@@ -100,13 +100,15 @@ def _read_lines(path: Path, option: str) -> list[str]:
 def _check_options(request: AttentionRequest) -> None:
     unknown = [f for f in request.formats if f not in FORMATS]
     if unknown:
-        raise AiaynError(f"--format {unknown[0]}: choose among {', '.join(FORMATS)}")
+        raise AiaynError(f"{unknown[0]}: choose among {', '.join(FORMATS)}", key="formats")
     bad_kind = [k for k in request.kinds if k not in KINDS]
     if bad_kind:
-        raise AiaynError(f"--kind {bad_kind[0]}: choose among {', '.join(KINDS)}")
+        raise AiaynError(f"{bad_kind[0]}: choose among {', '.join(KINDS)}", key="kinds")
     needs_folder = [f for f in request.formats if f in FILE_FORMATS]
     if needs_folder and request.output is None:
-        raise AiaynError(f"--format {needs_folder[0]} writes files: give an output folder with -o")
+        raise AiaynError(
+            f"{{formats}} {needs_folder[0]} writes files: give an output folder with -o", mentions=("formats",)
+        )
     if request.output is not None:
         output = Path(request.output)
         if output.exists() and not output.is_dir():

@@ -44,9 +44,9 @@ def check_layer_head(ex: Explanation, kind: str, layer: int | None, head: int | 
     layers, heads = len(ex.attentions(kind)), ex.attentions(kind)[0].shape[1]
     if layer is not None and not 1 <= layer <= layers:
         side = "encoder" if kind == "encoder" else "decoder"
-        raise AiaynError(f"--layer {layer}: the model's {side} has layers 1 to {layers}")
+        raise AiaynError(f"{layer}: the model's {side} has layers 1 to {layers}", key="layer")
     if head is not None and not 1 <= head <= heads:
-        raise AiaynError(f"--head {head}: the model has heads 1 to {heads}")
+        raise AiaynError(f"{head}: the model has heads 1 to {heads}", key="head")
 
 
 def view(

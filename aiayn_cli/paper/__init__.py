@@ -50,11 +50,17 @@ def run_topic(
         raise AiaynError(f"unknown topic {topic!r}: choose one of {', '.join(TOPICS)}")
     module_name, needs_model = TOPICS[topic]
     if needs_model and model is None:
-        raise AiaynError(f"aiayn paper {topic} needs --model (a folder saved by aiayn train, or a Hub id)")
+        raise AiaynError(
+            f"aiayn paper {topic} needs {{model}} (a folder saved by aiayn train, or a Hub id)", mentions=("model",)
+        )
     if needs_model and (source is None or target is None):
-        raise AiaynError(f"aiayn paper {topic} needs a sentence pair: --source TEXT --target TEXT")
+        raise AiaynError(
+            f"aiayn paper {topic} needs a sentence pair: {{source}} TEXT {{target}} TEXT", mentions=("source", "target")
+        )
     if (source is None) != (target is None):
-        raise AiaynError("--source and --target go together: give both sides of the sentence pair")
+        raise AiaynError(
+            "{source} and {target} go together: give both sides of the sentence pair", mentions=("source", "target")
+        )
     for flag, text in (("--source", source), ("--target", target)):
         if text is not None and not text.strip():
             raise AiaynError(f"{flag} is empty: give a sentence")

@@ -50,7 +50,7 @@ def compare(model, tokenizer, source: str, target: str) -> Comparison:
     source_ids = translator.encode([source])[0]
     labels = tokenizer(text_target=[target], return_tensors="pt")["input_ids"]
     if source_ids is None or labels.size(1) == 0:
-        raise AiaynError("--source and --target must hold words")
+        raise AiaynError("{source} and {target} must hold words", mentions=("source", "target"))
     input_ids = torch.tensor([source_ids])
     decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
     with torch.no_grad():
@@ -72,7 +72,10 @@ def run(output_dir: Path, model: str | None = None, source: str | None = None, t
     from .common import load_model
 
     if source is None or target is None:
-        raise AiaynError("aiayn paper teacher-forcing needs a sentence pair: --source TEXT --target TEXT")
+        raise AiaynError(
+            "aiayn paper teacher-forcing needs a sentence pair: {source} TEXT {target} TEXT",
+            mentions=("source", "target"),
+        )
     loaded, tokenizer = load_model(model)
     comparison = compare(loaded, tokenizer, source, target)
     result = TopicResult("teacher-forcing", output_dir)

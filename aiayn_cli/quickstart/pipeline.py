@@ -49,9 +49,12 @@ def run_quickstart(
 
     output = Path(output_dir)
     if output.exists() and any(output.iterdir()) and not overwrite:
-        raise AiaynError(f"{output}: exists and is not empty; pass --overwrite or choose another --output-dir")
+        raise AiaynError(
+            f"{output}: exists and is not empty; pass {{overwrite}} or choose another {{output_dir}}",
+            mentions=("overwrite", "output_dir"),
+        )
     if minutes <= 0:
-        raise AiaynError(f"--minutes must be positive, got {minutes}")
+        raise AiaynError(f"must be positive, got {minutes}", key="minutes")
     output.mkdir(parents=True, exist_ok=True)
     seconds, clock = {}, time.perf_counter()
 
@@ -93,7 +96,7 @@ def run_quickstart(
     result = train(recipe, resume=None, show_progress=show_progress)
     model_dir = result.averaged or result.last_checkpoint
     if model_dir is None:
-        raise AiaynError("training wrote no checkpoint: give it more --minutes")
+        raise AiaynError("training wrote no checkpoint: give it more {minutes}", mentions=("minutes",))
     lap("train")
 
     # 4. Translate the held-out test sentences with the paper's beam search (§6.1), and score them.

@@ -39,10 +39,10 @@ def export_ctranslate2(model_dir: str | Path, output_dir: str | Path, quantizati
         from ctranslate2.specs import transformer_spec  # noqa: F401
     except ImportError:
         raise AiaynError(
-            "aiayn export --to ctranslate2 needs CTranslate2: pip install 'aiayn-cli[ctranslate2]'"
+            "aiayn export {to} ctranslate2 needs CTranslate2: pip install 'aiayn-cli[ctranslate2]'", mentions=("to",)
         ) from None
     if quantization not in QUANTIZATIONS:
-        raise AiaynError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
+        raise AiaynError(f"{quantization}: choose one of {', '.join(QUANTIZATIONS)}", key="quantization")
     output_dir = Path(output_dir)
     if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise AiaynError(f"-o {output_dir}: exists and is not an empty folder; choose another or remove it")

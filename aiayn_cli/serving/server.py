@@ -46,7 +46,10 @@ def serve(
     except SystemExit:  # uvicorn exits when it cannot listen; it has said why
         server.started = False
     if not server.started:
-        raise AiaynError(f"--host {host} --port {port}: could not listen there (see the message above)")
+        raise AiaynError(
+            f"{{host}} {host} {{port}} {port}: could not listen there (see the message above)",
+            mentions=("host", "port"),
+        )
 
 
 def languages(model: str) -> dict:

@@ -85,19 +85,19 @@ def prepare_output_dir(recipe: TrainRecipe, resume: str | os.PathLike | None = N
     """
     output = Path(recipe.output_dir)
     if output.exists() and not output.is_dir():
-        raise AiaynError(f"--output-dir {output}: is a file, not a folder")
+        raise AiaynError(f"{output}: is a file, not a folder", key="output_dir")
     _check_same_run(output, recipe, "output folder", "choose another --output-dir")
     if not (output / RECIPE_FILE).is_file() and output.is_dir() and any(p.name != LOCK_FILE for p in output.iterdir()):
         raise AiaynError(
-            f"output folder {output} is not empty and holds no aiayn run ({RECIPE_FILE} is missing); "
-            "choose a new or empty --output-dir"
+            f"output folder {output} is not empty and holds no aiayn run ({RECIPE_FILE} is missing); choose a new or empty {{output_dir}}",
+            mentions=("output_dir",),
         )
     if resume is None:
         checkpoint = latest_checkpoint(output)
     else:
         checkpoint = Path(resume)
         if not (checkpoint / "trainer_state.json").is_file():
-            raise AiaynError(f"--resume {resume}: not a complete checkpoint (no trainer_state.json)")
+            raise AiaynError(f"{resume}: not a complete checkpoint (no trainer_state.json)", key="resume")
         _check_same_run(checkpoint.parent, recipe, "--resume: the run of", "resume with its own recipe")
     if checkpoint is not None:
         check_no_pickles(checkpoint)  # before anything is loaded
@@ -127,7 +127,7 @@ def locked_run_folder(output: Path) -> Iterator[None]:
     """
     output = Path(output)
     if output.exists() and not output.is_dir():
-        raise AiaynError(f"--output-dir {output}: is a file, not a folder")
+        raise AiaynError(f"{output}: is a file, not a folder", key="output_dir")
     try:
         import fcntl
     except ImportError:  # no flock on this system: unlocked, as before
@@ -146,8 +146,9 @@ def locked_run_folder(output: Path) -> Iterator[None]:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
             raise AiaynError(
-                f"--output-dir {output}: in use by another run ({holder}); wait for it to end or choose "
-                "another --output-dir"
+                f"{output}: in use by another run ({holder}); wait for it to end or choose another {{output_dir}}",
+                key="output_dir",
+                mentions=("output_dir",),
             ) from None
         os.ftruncate(fd, 0)
         locked = True
@@ -186,9 +187,8 @@ def check_resumable(
     if state.data_fingerprint and data_fingerprint and state.data_fingerprint != data_fingerprint:
         if not accept_new_data:
             raise AiaynError(
-                f"{checkpoint} was trained on other data (the training files changed since: fingerprint "
-                f"{state.data_fingerprint[:12]}, now {data_fingerprint[:12]}); resume over the new data on "
-                "purpose with --accept-new-data, or start a new run in another --output-dir"
+                f"{checkpoint} was trained on other data (the training files changed since: fingerprint {state.data_fingerprint[:12]}, now {data_fingerprint[:12]}); resume over the new data on purpose with {{accept_new_data}}, or start a new run in another {{output_dir}}",
+                mentions=("accept_new_data", "output_dir"),
             )
 
 

@@ -37,7 +37,7 @@ def train_tokenizer(
     min_frequency: Annotated[
         int, typer.Option("--min-frequency", help="BPE: fewest occurrences of a pair to merge it.")
     ] = 2,
-    sample: Annotated[
+    max_sentences: Annotated[
         int | None,
         typer.Option(
             "--sample",
@@ -80,7 +80,7 @@ def train_tokenizer(
         vocab_size=vocab_size,
         model=model,
         min_frequency=min_frequency,
-        max_sentences=sample,
+        max_sentences=max_sentences,
         seed=seed,
         output_dir=output,
         overwrite=overwrite,
