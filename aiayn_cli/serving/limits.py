@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decoding.translator import BATCH_SIZE, MAX_TOKENS
+from ..decoding.defaults import BATCH_SIZE, MAX_TOKENS
 
 
 @dataclass
