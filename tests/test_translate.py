@@ -179,7 +179,7 @@ def test_a_tokenizer_that_does_not_match_the_model_is_an_error(model_dir, tmp_pa
     tokenizer.save_pretrained(other)
     with pytest.raises(AiaynError, match="tokens but the model's vocabulary has"):
         Translator.from_pretrained(str(other))
-    with pytest.raises(AiaynError, match="cannot load a model"):
+    with pytest.raises(AiaynError, match="missing: no such model folder"):
         Translator.from_pretrained(str(tmp_path / "missing"))
 
 
