@@ -119,7 +119,7 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
 
 def _name_the_target(err: BaseException, temporary: Path, target: Path) -> None:
     """An error about the temporary file (or a file in the temporary folder) names the target instead."""
-    if not isinstance(err, OSError):
+    if not isinstance(err, OSError) or err.errno is None:  # not the file system's own error
         return
     names = [err.filename, err.filename2]
     if err.filename is None or any(str(name).startswith(str(temporary)) for name in names if name is not None):
