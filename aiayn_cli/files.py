@@ -70,15 +70,32 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 
 def fsync_tree(folder: str | os.PathLike) -> None:
-    """fsync every file under `folder`, then the folders themselves."""
+    """fsync every file under `folder`, then the folders themselves. Files that a library wrote with
+    mkstemp's 0o600 (transformers' `save_pretrained` does) get the umask's mode, as `open` would give."""
+    mode = 0o666 & ~current_umask()
     for root, _dirs, names in os.walk(folder):
         for name in names:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            path = os.path.join(root, name)
+            if os.stat(path).st_mode & 0o777 != mode:
+                os.chmod(path, mode)
+            fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
         fsync_dir(root)
+
+
+def current_umask() -> int:
+    """The process's umask (read from /proc where it can be, without changing it)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -119,7 +136,7 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
 
 def _name_the_target(err: BaseException, temporary: Path, target: Path) -> None:
     """An error about the temporary file (or a file in the temporary folder) names the target instead."""
-    if not isinstance(err, OSError):
+    if not isinstance(err, OSError) or err.errno is None:  # not the file system's own error
         return
     names = [err.filename, err.filename2]
     if err.filename is None or any(str(name).startswith(str(temporary)) for name in names if name is not None):

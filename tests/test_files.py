@@ -29,7 +29,9 @@ def test_files_and_folders_get_the_umask_mode(tmp_path, umask, mask, mode):
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == mode
     with staging_dir(tmp_path / "folder") as folder:
         (folder / "a").write_text("a")
+        os.close(os.open(folder / "b", os.O_WRONLY | os.O_CREAT, 0o600))  # as mkstemp (save_pretrained) does
     assert (tmp_path / "folder").stat().st_mode & 0o777 == mode | 0o111 & ~mask
+    assert [(tmp_path / "folder" / name).stat().st_mode & 0o777 for name in "ab"] == [mode, mode]
 
 
 def test_data_is_fsynced_before_the_rename(tmp_path, monkeypatch):

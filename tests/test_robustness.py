@@ -121,6 +121,7 @@ def test_translate_names_a_folder_input_and_a_missing_model_folder(monkeypatch, 
     assert line == "error: --model runs/no-model: no such model folder"
 
 
+@pytest.mark.slow
 def test_translating_one_10_mb_line_stays_under_1_gb(tmp_path, tiny):
     """The line is cut before it is tokenized: memory is bounded by the model's limit, not the line."""
     source = tmp_path / "long.txt"

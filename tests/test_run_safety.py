@@ -5,6 +5,7 @@ stop the run in one line."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import random
 import re
@@ -80,6 +81,10 @@ def test_resuming_over_other_training_data_is_refused(monkeypatch, capsys, task,
     out = tmp_path / "run"
     code, _, err = aiayn(monkeypatch, capsys, *_quick_args(data, task["tokenizer"], out, 4))
     assert code == 0, err
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in (out / "checkpoint-4" / "trainer_state.json", out / "checkpoint-4" / "model.safetensors"):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # the umask's mode, not mkstemp's 0600
     write_dictionary_task(data, n_train=300, seed=7)  # the same paths, other sentences
     before = sorted(p.name for p in out.iterdir())
     line = _last_error_line(*aiayn(monkeypatch, capsys, *_quick_args(data, task["tokenizer"], out, 6))[::2])

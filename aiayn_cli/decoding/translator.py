@@ -111,7 +111,7 @@ class Translator:
         # no token is longer than `longest` characters, so the cut keeps the tokens the model reads (unless
         # the line holds long runs of characters that make no token, such as spaces).
         longest = max((len(token) for token in tokenizer.get_vocab()), default=1)
-        self.max_source_chars = limit * (longest + 1)
+        self.max_source_chars = max(limit * (longest + 1), 100_000)  # shorter lines: their exact token count
         self.pad_id, self.eos_id = config.pad_token_id, tokenizer.eos_token_id
         self.weights = PreparedWeights(self.model)  # the fast path's projections, prepared once
 

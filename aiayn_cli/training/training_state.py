@@ -31,7 +31,7 @@ from ..files import atomic_write
 
 OPTIMIZER_TENSORS, OPTIMIZER_JSON, SCALER_JSON = "optimizer.safetensors", "optimizer.json", "grad_scaler.json"
 # Files a checkpoint may hold: safetensors, JSON and the tokenizer's and model's text files.
-SAFE_SUFFIXES = {".safetensors", ".json", ".txt", ".model", ".yaml", ".md", ".py", ".png"}
+SAFE_SUFFIXES = {".safetensors", ".json", ".txt", ".model", ".yaml", ".md", ".py", ".png", ".jinja"}
 PICKLE_SUFFIXES = {".pkl", ".pickle", ".bin", ".pt", ".pth", ".ckpt", ".npy", ".npz", ".joblib"}
 
 
