@@ -104,10 +104,11 @@ def prepare_split(
     try:
         staging.mkdir()
         _build(spec, split, fingerprint, tokenizer, max_length, num_proc, staging, show_progress)
-        if (folder / MANIFEST).is_file():  # another process finished first: keep its folder
-            return _open(folder, from_cache=True)
-        os.replace(staging, folder)
+        if not (folder / MANIFEST).is_file():  # else another process finished first: keep its folder
+            os.replace(staging, folder)
     except OSError as err:
+        if (folder / MANIFEST).is_file():  # the same race, lost at the rename
+            return _open(folder, from_cache=True)
         if err.errno == errno.ENOSPC:
             raise AiaynError(
                 f"{cache_dir}: no space left on the disk while preparing {split}; nothing was kept "
