@@ -29,6 +29,7 @@ import torch
 
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from ..precision import inference_dtype
 from .incremental import PreparedWeights
 from .search import DecodingOptions, Hypothesis, decode
 
@@ -61,13 +62,16 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def pick_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+def pick_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
+    """`dtype`; None: fp32; "auto": bf16 where `device` computes it natively, else fp32 (`aiayn_cli.precision`)."""
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto":
+        return inference_dtype(device)
     if dtype not in DTYPES:
-        raise AiaynError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+        raise AiaynError(f"--dtype {dtype}: choose one of auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
 
 
@@ -110,7 +114,7 @@ class Translator:
             )
         check_tokenizer(model, tokenizer)
         self.device = device if isinstance(device, torch.device) else pick_device(device)
-        self.model = model.to(device=self.device, dtype=pick_dtype(dtype)).eval()
+        self.model = model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
         self.tokenizer = tokenizer
         config = model.config
         limit = config.max_position_embeddings

@@ -39,6 +39,7 @@ from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
 from ..data.corpus import load_split
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from ..precision import PrecisionChoice, choose_precision
 from .checkpoint import TRAINING_STATE_DIR, list_checkpoints, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
 from .loop import Run, micro_batch_seed
@@ -80,8 +81,13 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
     checkpoint = prepare_output_dir(recipe, resume)
     tokenizer = load_tokenizer(recipe.tokenizer)
     config = recipe.model.to_config(vocab_size=check_vocabulary(tokenizer, recipe))
-    accelerator = make_accelerator(recipe)
+    choice = run_precision(recipe)
+    accelerator = make_accelerator(recipe, choice)
     main = accelerator.is_main_process
+    choice = choice or PrecisionChoice(accelerator.mixed_precision, "accelerate config / accelerate launch")
+    if choice.warning:
+        _echo(accelerator, choice.warning)
+    _echo(accelerator, choice.describe())
 
     # 2. Model and data.
     torch.manual_seed(recipe.seed)
@@ -126,6 +132,7 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
         save_recipe(recipe, output / RECIPE_FILE)
     accelerator.wait_for_everyone()
     metrics = MetricsLog(output, state.step if checkpoint is not None else None, enabled=main)
+    metrics.write({"step": state.step, "precision": choice.precision, "precision_reason": choice.reason})
     accelerator.init_trackers("aiayn", config=_flat(recipe.to_dict()))
     forward_model = torch.compile(model, dynamic=True) if recipe.compile else model
 
@@ -163,17 +170,19 @@ def train(recipe: TrainRecipe, resume: str | Path | None = None, show_progress: 
 # ---------------------------------------------------------------------------------------------
 
 
-def make_accelerator(recipe: TrainRecipe):
-    """One `Accelerator` for the run; `accelerate launch` / `accelerate config` decide the rest."""
+def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None):
+    """One `Accelerator` for the run, in the precision `choice` (default: the recipe's, on this device);
+    `accelerate launch` / `accelerate config` decide the rest."""
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration, is_wandb_available
 
     if "wandb" in recipe.trackers and not is_wandb_available():
         raise AiaynError("trackers: wandb is not installed (pip install wandb), or leave it out of trackers")
     project = ProjectConfiguration(project_dir=recipe.output_dir, logging_dir=str(Path(recipe.output_dir) / "logs"))
-    precision = {"mixed_precision": recipe.mixed_precision} if recipe.mixed_precision is not None else {}
+    choice = choice or run_precision(recipe)
+    precision = {"mixed_precision": choice.precision} if choice is not None else {}
     try:
-        return Accelerator(
+        accelerator = Accelerator(
             log_with=list(recipe.trackers) or None,
             project_config=project,
             step_scheduler_with_optimizer=False,
@@ -181,6 +190,16 @@ def make_accelerator(recipe: TrainRecipe):
         )
     except ValueError as err:  # e.g. fp16 where the device has none
         raise AiaynError(f"accelerate: {str(err).strip().splitlines()[0]}") from None
+    return accelerator
+
+
+def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
+    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's."""
+    from accelerate import PartialState
+
+    if recipe.mixed_precision is None:
+        return None
+    return choose_precision(recipe.mixed_precision, PartialState().device)
 
 
 def load_tokenizer(path: str):
@@ -304,6 +323,7 @@ __all__ = [
     "load_data",
     "load_tokenizer",
     "make_accelerator",
+    "run_precision",
     "micro_batch_seed",
     "quiet_libraries",
     "train",

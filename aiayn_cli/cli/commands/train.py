@@ -74,7 +74,8 @@ def train(
         typer.Option(
             "--mixed-precision",
             rich_help_panel=PANEL_RUN,
-            help="no, fp16 or bf16 (default: what accelerate launch / accelerate config say).",
+            help="auto (bf16 where the device computes it natively: AVX512-BF16, AMX, Ampere+; else fp32), "
+            "no (fp32), fp16, bf16, or null (what accelerate launch / accelerate config say). Default: the recipe's, auto.",
         ),
     ] = None,
     compile: Annotated[
@@ -136,6 +137,8 @@ def train(
         "data.target_lang": target_lang,
     }
     overrides.update({k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if v is not None})
+    if mixed_precision == "null":  # accelerate config / accelerate launch decide
+        overrides["mixed_precision"] = None
     if recipe is None and not overrides:
         raise AiaynError("give a recipe (recipes/*.yaml) or the keys as flags")
     resolved = load_recipe(recipe, overrides)
