@@ -150,6 +150,27 @@ def emulation_slowdown(dtype: torch.dtype, repeats: int = 5) -> float:
     return times[dtype] / max(times[torch.float32], 1e-9)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("model name", "Model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_summary() -> str:
+    """One line for a benchmark's header: the CPU, ATen's kernels, whether bf16 is native, the threads."""
+    native, why = native_bf16_cpu()
+    return (
+        f"CPU: {cpu_model()}, {os.cpu_count()} cores; get_cpu_capability() {torch.backends.cpu.get_cpu_capability()}; "
+        f"bf16 native: {'yes' if native else 'no'} ({why}); torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+
+
 def inference_dtype(device: str | torch.device = "cpu") -> torch.dtype:
     """`--dtype auto`: bf16 where `device` computes it natively, else fp32."""
     native, _ = native_bf16(device)
@@ -161,8 +182,10 @@ __all__ = [
     "PrecisionChoice",
     "choose_precision",
     "cpu_features",
+    "cpu_model",
     "emulation_slowdown",
     "inference_dtype",
+    "machine_summary",
     "native_bf16",
     "native_bf16_cpu",
 ]
