@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split  # noqa: E402
 from aiayn_cli.data.corpus import DataSpec, load_split  # noqa: E402
 from aiayn_cli.data.tokenization import train_tokenizer  # noqa: E402
+from aiayn_cli.precision import machine_summary  # noqa: E402
 
 
 def padding_of(batches, src, tgt) -> float:
@@ -127,6 +128,7 @@ def main() -> None:
         ("random batches of 64 sentences", f"{len(random64)} batches", f"padding {padding_of(random64, src, tgt):.2%}")
     )
 
+    print(machine_summary())
     print(
         f"Multi30k en-de, {os.cpu_count()} CPUs, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}"
     )

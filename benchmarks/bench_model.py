@@ -20,6 +20,7 @@ from transformers import MarianConfig, MarianMTModel
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.model.configuration_aiayn import PRESETS
+from aiayn_cli.precision import machine_summary
 
 
 def build_pair(dims: str, vocab_size: int) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -126,6 +127,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    print(machine_summary())
     print(f"threads={args.threads} vocab={args.vocab_size} torch={torch.__version__}")
     header = f"{'dims':<6} {'measure':<22} {'aiayn tok/s':>12} {'Marian tok/s':>13} {'ratio':>7}"
     print(header)

@@ -1,22 +1,27 @@
 """Training throughput on Multi30k: `aiayn train` against `Seq2SeqTrainer` + `MarianMTModel`.
 
     python benchmarks/bench_train.py [--multi30k ../shared/data/multi30k] [--seconds 60] [--rounds 2]
-                                     [--threads N] [--bf16] [--preset small]
+                                     [--threads N] [--precision auto|fp32|bf16] [--preset small]
 
-Both sides train the same architecture on the same data with the same tokenizer, threads and
+All sides train the same architecture on the same data with the same tokenizer, threads and
 precision, for the same time budget, each in its own process:
 
-- ours: `aiayn_cli.training.trainer.train` with `recipes/multi30k_en_de.yaml` (token-count batches of
-  `--max-tokens` per side, sorted by length);
-- reference: `MarianMTModel` of the same dimensions (ReLU, post-LN, sinusoidal positions, scaled
-  and tied embeddings, P_drop), `DataCollatorForSeq2Seq` and `Seq2SeqTrainer`'s default random
-  sampler, with a batch size of the mean number of sentences of our batches (so the same number of
-  real tokens per step), label smoothing 0.1, Adam(0.9, 0.98, 1e-9), its default fused AdamW.
+- aiayn: `aiayn_cli.training.trainer.train` with `recipes/multi30k_en_de.yaml` as shipped
+  (token-count batches of `--max-tokens` per side, sorted by length; its defaults for compile and
+  the optimizer);
+- HF grouped (the main comparison): `MarianMTModel` of the same dimensions (ReLU, post-LN,
+  sinusoidal positions, scaled and tied embeddings, P_drop), `DataCollatorForSeq2Seq` and
+  `Seq2SeqTrainer` configured as a user who knows it would: batches grouped by length
+  (`train_sampling_strategy="group_by_length"`, HF's `LengthGroupedSampler`, on source + target
+  length), with a batch size of the mean number of sentences of our batches (so about the same
+  tokens per step), label smoothing 0.1, Adam(0.9, 0.98, 1e-9), its default fused AdamW;
+- HF default: the same with the default random sampler (batches padded to their longest sentence).
 
-The measure is non-pad tokens (source + target) trained on per second of the training loop, and
-per CPU-second of the training process (the steadier number on a shared machine). The sides take
-turns for `--rounds` rounds, so that a change in the machine's load hits both. Prints one table
-and the ratio ours / reference.
+Two measures: non-pad tokens (source + target) trained on per second of the training loop, and
+tokens computed per second (padding included: the padded batch shapes); each also per CPU-second
+of the training process (the steadier number on a shared machine). The sides take turns for
+`--rounds` rounds (the order rotating), so that a change in the machine's load hits all of them.
+The header says which CPU ran it; the table ends with the ratios aiayn / each peer.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ def _recipe_overrides(args, output: Path) -> dict:
         "checkpoint_every_minutes": None,
         "checkpoint_every_steps": None,
         "trackers": [],
-        "mixed_precision": "bf16" if args.bf16 else "no",
+        "mixed_precision": "bf16" if args.bf16 else "no",  # `auto` is resolved once, in main()
         "log_every_steps": 10_000,
     }
 
@@ -66,12 +71,38 @@ def run_ours(args) -> dict:
         recipe = load_recipe(REPO / "recipes" / "multi30k_en_de.yaml", _recipe_overrides(args, Path(tmp) / "run"))
         result = train(recipe, show_progress=False)
         state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
+        computed = _computed_tokens(recipe, result.step)
     return {
         "tokens": state["source_tokens"] + state["target_tokens"],
+        "computed": computed,
         "wall": result.train_seconds,
         "cpu": result.cpu_seconds,
         "steps": result.step,
     }
+
+
+def _computed_tokens(recipe, steps: int) -> int:
+    """Tokens in the padded shapes of the first `steps` batches our loop trained on (it draws them
+    from the same seeded sampler, epoch after epoch)."""
+    from transformers import AutoTokenizer
+
+    from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split
+    from aiayn_cli.data.corpus import load_split
+
+    tokenizer = AutoTokenizer.from_pretrained(recipe.tokenizer)
+    data = tokenize_split(load_split(recipe.data, recipe.train_split), tokenizer, max_length=recipe.max_length)
+    src, tgt = data["src_len"], data["tgt_len"]
+    sampler = TokenBatchSampler.from_dataset(data, recipe.max_tokens, shuffle=True, seed=recipe.seed)
+    computed, epoch = 0, 0
+    while steps > 0:
+        sampler.set_epoch(epoch)
+        for batch in sampler:
+            computed += len(batch) * (max(src[i] for i in batch) + max(tgt[i] for i in batch))
+            steps -= 1
+            if steps == 0:
+                break
+        epoch += 1
+    return computed
 
 
 def _mean_batch_sentences(args) -> int:
@@ -90,7 +121,8 @@ def _mean_batch_sentences(args) -> int:
 
 
 def run_reference(args) -> dict:
-    """`Seq2SeqTrainer` + `MarianMTModel` + `DataCollatorForSeq2Seq`, default sampling, same time budget."""
+    """`Seq2SeqTrainer` + `MarianMTModel` + `DataCollatorForSeq2Seq`, grouped by length (`--side grouped`)
+    or randomly sampled (`--side default`), same time budget."""
     import torch
     from transformers import (
         AutoTokenizer,
@@ -136,14 +168,24 @@ def run_reference(args) -> dict:
     model = MarianMTModel(config)
     data = tokenize_split(
         load_split(DataSpec(data_dir=str(args.multi30k), source_lang="en", target_lang="de")), tokenizer, max_length=128
-    ).remove_columns(["src_len", "tgt_len"])
-    counted = {"tokens": 0, "steps": 0}
+    )
+    lengths = [s + t for s, t in zip(data["src_len"], data["tgt_len"])]  # what the grouped sampler sorts by
+    data = data.remove_columns(["src_len", "tgt_len"])
+    counted = {"tokens": 0, "computed": 0, "steps": 0}
 
     class CountingTrainer(Seq2SeqTrainer):
         def training_step(self, model, inputs, num_items_in_batch=None):
             counted["tokens"] += int(inputs["attention_mask"].sum()) + int((inputs["labels"] != -100).sum())
+            counted["computed"] += inputs["input_ids"].numel() + inputs["labels"].numel()
             counted["steps"] += 1
             return super().training_step(model, inputs, num_items_in_batch)
+
+        def _get_train_sampler(self, train_dataset=None):
+            if self.args.train_sampling_strategy != "group_by_length":
+                return super()._get_train_sampler(train_dataset)
+            from transformers.trainer_pt_utils import LengthGroupedSampler
+
+            return LengthGroupedSampler(self.args.train_batch_size, lengths=lengths)
 
     class TimeBudget(TrainerCallback):
         def on_train_begin(self, *a, **k):
@@ -176,6 +218,7 @@ def run_reference(args) -> dict:
             seed=1,
             dataloader_num_workers=0,
             disable_tqdm=True,
+            train_sampling_strategy="group_by_length" if args.side == "grouped" else "random",
         )
         trainer = CountingTrainer(
             model=model,
@@ -185,36 +228,19 @@ def run_reference(args) -> dict:
         )
         trainer.add_callback(budget)
         trainer.train()
-    return {"tokens": counted["tokens"], "wall": budget.wall, "cpu": budget.cpu, "steps": counted["steps"]}
+    return {**counted, "wall": budget.wall, "cpu": budget.cpu}
+
+
+SIDES = {"aiayn": "aiayn", "grouped": "HF grouped", "default": "HF default"}
 
 
 def _side(args, side: str) -> dict:
     """Run one side in a fresh process (each has its own accelerate state and allocator)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        command = [
-            sys.executable,
-            __file__,
-            "--side",
-            side,
-            "--json",
-            out.name,
-            "--multi30k",
-            str(args.multi30k),
-            "--tokenizer",
-            str(args.tokenizer),
-            "--seconds",
-            str(args.seconds),
-            "--threads",
-            str(args.threads),
-            "--preset",
-            args.preset,
-            "--dropout",
-            str(args.dropout),
-            "--max-tokens",
-            str(args.max_tokens),
-            "--batch-size",
-            str(args.batch_size),
-        ] + (["--bf16"] if args.bf16 else [])
+        command = [sys.executable, __file__, "--side", side, "--json", out.name]
+        for name in ("multi30k", "tokenizer", "seconds", "threads", "preset", "dropout", "max_tokens", "batch_size"):
+            command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+        command += ["--precision", "bf16" if args.bf16 else "fp32"]
         env = {
             **os.environ,
             "OMP_NUM_THREADS": str(args.threads),
@@ -227,6 +253,43 @@ def _side(args, side: str) -> dict:
         return json.loads(Path(out.name).read_text())
 
 
+def _table(args, totals: dict) -> None:
+    import torch
+
+    from aiayn_cli.precision import machine_summary
+
+    torch.set_num_threads(args.threads)
+    print(machine_summary())
+    print(
+        f"Multi30k en-de, preset {args.preset}, {args.threads} threads, {'bf16' if args.bf16 else 'fp32'}, "
+        f"{args.rounds} x {args.seconds:.0f} s per side; aiayn: max_tokens {args.max_tokens}, HF: batch "
+        f"size {args.batch_size} (our mean)"
+    )
+    print(
+        f"{'':<12}{'steps':>7}{'non-pad tok':>13}{'padding':>9}{'non-pad/s':>11}{'/CPU-s':>9}"
+        f"{'computed/s':>12}{'/CPU-s':>9}"
+    )
+    rates = {}
+    for side, t in totals.items():
+        rates[side] = [
+            t["tokens"] / t["wall"],
+            t["tokens"] / t["cpu"],
+            t["computed"] / t["wall"],
+            t["computed"] / t["cpu"],
+        ]
+        padding = 1 - t["tokens"] / max(t["computed"], 1)
+        print(
+            f"{SIDES[side]:<12}{t['steps']:>7}{t['tokens']:>13,}{padding:>9.1%}{rates[side][0]:>11,.0f}"
+            f"{rates[side][1]:>9,.0f}{rates[side][2]:>12,.0f}{rates[side][3]:>9,.0f}"
+        )
+    for peer in [side for side in ("grouped", "default") if side in totals and "aiayn" in totals]:
+        r = [a / b for a, b in zip(rates["aiayn"], rates[peer])]
+        print(
+            f"aiayn / {SIDES[peer]}: non-pad tokens {r[0]:.2f}x per second, {r[1]:.2f}x per CPU-second; "
+            f"computed tokens {r[2]:.2f}x per second, {r[3]:.2f}x per CPU-second"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--multi30k", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
@@ -237,17 +300,25 @@ def main() -> None:
     parser.add_argument("--preset", default="small")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--batch-size", type=int, default=None, help="reference batch size (default: ours, mean)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides")
-    parser.add_argument("--side", choices=("ours", "reference"), help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", type=int, default=None, help="HF batch size (default: ours, mean)")
+    parser.add_argument(
+        "--precision", choices=("auto", "fp32", "bf16"), default="auto", help="all sides; auto: bf16 where native"
+    )
+    parser.add_argument("--sides", default="aiayn,grouped,default", help="which sides, comma-separated")
+    parser.add_argument("--side", choices=tuple(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.precision == "auto":
+        from aiayn_cli.precision import native_bf16
+
+        args.precision = "bf16" if native_bf16("cpu")[0] else "fp32"
+    args.bf16 = args.precision == "bf16"
 
     if args.side:  # a child process: one measurement
         import torch
 
         torch.set_num_threads(args.threads)
-        result = run_ours(args) if args.side == "ours" else run_reference(args)
+        result = run_ours(args) if args.side == "aiayn" else run_reference(args)
         args.json.write_text(json.dumps(result))
         return
 
@@ -265,27 +336,15 @@ def main() -> None:
             )
         if args.batch_size is None:
             args.batch_size = _mean_batch_sentences(args)
-        totals = {side: {"tokens": 0, "wall": 0.0, "cpu": 0.0, "steps": 0} for side in ("ours", "reference")}
+        sides = args.sides.split(",")
+        totals = {side: {"tokens": 0, "computed": 0, "wall": 0.0, "cpu": 0.0, "steps": 0} for side in sides}
         for round_ in range(args.rounds):
-            for side in ("ours", "reference") if round_ % 2 == 0 else ("reference", "ours"):
+            order = sides[round_ % len(sides) :] + sides[: round_ % len(sides)]  # who goes first rotates
+            for side in order:
                 for key, value in _side(args, side).items():
                     totals[side][key] += value
-                print(f"round {round_ + 1}: {side} done", file=sys.stderr, flush=True)
-
-    print(
-        f"Multi30k en-de, preset {args.preset}, {args.threads} threads, {'bf16' if args.bf16 else 'fp32'}, "
-        f"{args.rounds} x {args.seconds:.0f} s per side; ours: max_tokens {args.max_tokens}, reference: batch "
-        f"size {args.batch_size} (our mean)"
-    )
-    print(f"{'':<11}{'steps':>8}{'non-pad tokens':>16}{'tokens/s':>11}{'tokens/CPU-s':>14}")
-    rates = {}
-    for side, t in totals.items():
-        rates[side] = (t["tokens"] / t["wall"], t["tokens"] / t["cpu"])
-        print(f"{side:<11}{t['steps']:>8}{t['tokens']:>16,}{rates[side][0]:>11,.0f}{rates[side][1]:>14,.0f}")
-    print(
-        f"ratio ours/reference: {rates['ours'][0] / rates['reference'][0]:.2f}x tokens/s, "
-        f"{rates['ours'][1] / rates['reference'][1]:.2f}x tokens/CPU-s"
-    )
+                print(f"round {round_ + 1}: {SIDES[side]} done", file=sys.stderr, flush=True)
+    _table(args, totals)
 
 
 if __name__ == "__main__":

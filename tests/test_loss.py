@@ -66,3 +66,38 @@ def test_gradients_flow_and_smoothing_raises_the_floor():
     confident[0, 0, 4] = 30.0
     out = label_smoothed_cross_entropy(confident, torch.tensor([[4]]), epsilon=0.1)
     assert float(out.nll) < 1e-6 < float(out.loss)
+
+
+def _autograd_reference(logits, labels, eps, pad_token_id=0):
+    """The formula through autograd: log_softmax, gather and sum."""
+    mask = (labels != -100) & (labels != pad_token_id)
+    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    nll = -lprobs.gather(-1, labels.masked_fill(~mask, 0)[..., None]).squeeze(-1)
+    loss = ((1 - eps) * nll - (eps / logits.size(-1)) * lprobs.sum(-1)) * mask
+    return loss.sum(), (nll * mask).sum()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradients_equal_autograd_through_the_formula(eps):
+    logits, labels = _batch(vocab=37)
+    logits = logits.float()
+    mine = logits.clone().requires_grad_()
+    ref = logits.clone().requires_grad_()
+    out = label_smoothed_cross_entropy(mine, labels, epsilon=eps)
+    loss, nll = _autograd_reference(ref, labels, eps)
+    # both outputs carry gradient (as when the nll is part of an objective), with different weights
+    (0.7 * out.loss + 0.3 * out.nll).backward()
+    (0.7 * loss + 0.3 * nll).backward()
+    assert float(out.loss.detach()) == pytest.approx(float(loss.detach()), rel=1e-6)
+    assert torch.allclose(mine.grad, ref.grad, atol=1e-6)
+    assert mine.grad[0, 3:].abs().sum() == 0 and mine.grad[1, 4].abs().sum() == 0  # padding: no gradient
+
+
+def test_bf16_scores_get_a_bf16_gradient_read_in_float32():
+    logits, labels = _batch(vocab=37)
+    mine = logits.bfloat16().requires_grad_()
+    ref = logits.bfloat16().float().requires_grad_()
+    label_smoothed_cross_entropy(mine, labels, epsilon=0.1).loss.backward()
+    _autograd_reference(ref, labels, 0.1)[0].backward()
+    assert mine.grad.dtype == torch.bfloat16
+    assert torch.allclose(mine.grad.float(), ref.grad, atol=1e-2)

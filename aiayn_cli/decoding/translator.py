@@ -32,6 +32,7 @@ from ..data.lines import decode_lines
 from ..data.vocabulary import check_tokenizer as check_token_ids
 from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from ..precision import inference_dtype
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
 from .incremental import PreparedWeights
 from .search import DecodingOptions, Hypothesis, decode
@@ -62,13 +63,16 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def pick_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+def pick_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
+    """`dtype`; None: fp32; "auto": bf16 where `device` computes it natively, else fp32 (`aiayn_cli.precision`)."""
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto":
+        return inference_dtype(device)
     if dtype not in DTYPES:
-        raise AiaynError(f"{dtype}: choose one of {', '.join(DTYPES)}", key="dtype")
+        raise AiaynError(f"{dtype}: choose one of auto, {', '.join(DTYPES)}", key="dtype")
     return DTYPES[dtype]
 
 
@@ -99,7 +103,7 @@ class Translator:
             )
         check_tokenizer(model, tokenizer)
         self.device = device if isinstance(device, torch.device) else pick_device(device)
-        self.model = model.to(device=self.device, dtype=pick_dtype(dtype)).eval()
+        self.model = model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
         self.tokenizer = tokenizer
         config = model.config
         limit = config.max_position_embeddings
@@ -117,10 +121,10 @@ class Translator:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = None, revision: str | None = None
+        cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = "auto", revision: str | None = None
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
-        `AutoTokenizer`)."""
+        `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`)."""
         from safetensors import SafetensorError
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 

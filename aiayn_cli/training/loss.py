@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 
 class SmoothedLoss(NamedTuple):
@@ -53,15 +52,43 @@ def label_smoothed_cross_entropy(
         epsilon (`float`): eps_ls (the paper: 0.1).
     """
     mask = target_mask(labels, pad_token_id)  # (B, T)
-    lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     targets = labels.masked_fill(~mask, 0)
-    nll = -lprobs.gather(-1, targets[..., None]).squeeze(-1)  # -log p_y, (B, T)
-    smooth = -lprobs.sum(-1)  # sum_k -log p_k, (B, T)
-    vocab_size = lprobs.size(-1)
-    # Padding is masked by multiplication, not indexing: in length-sorted batches it is a few
-    # percent of the positions, and the backward of boolean indexing costs more than that.
-    loss = ((1.0 - epsilon) * nll + (epsilon / vocab_size) * smooth) * mask
-    return SmoothedLoss(loss.sum(), (nll * mask).sum(), mask.sum())
+    loss, nll = _SmoothedCrossEntropy.apply(logits, targets, mask, epsilon)
+    return SmoothedLoss(loss, nll, mask.sum())
+
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """The loss above in one pass over the (B, T, V) scores each way.
+
+    With p = softmax(x):
+
+        d loss / d x_k = p_k - (1 - eps) [k = y] - eps / V,    d nll / d x_k = p_k - [k = y].
+
+    Autograd through `log_softmax`, `gather` and `sum` writes four (B, T, V) tensors in the backward
+    pass (a zero-filled scatter among them); this writes one, the gradient, in place.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, mask, epsilon):
+        lprobs = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+        nll = -lprobs.gather(-1, targets[..., None]).squeeze(-1)  # -log p_y, (B, T)
+        smooth = -lprobs.sum(-1)  # sum_k -log p_k, (B, T)
+        weight = mask.to(lprobs.dtype)
+        loss = ((1.0 - epsilon) * nll + (epsilon / lprobs.size(-1)) * smooth) * weight
+        ctx.save_for_backward(lprobs, targets, weight)
+        ctx.epsilon, ctx.dtype = epsilon, logits.dtype
+        return loss.sum(), (nll * weight).sum()
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        lprobs, targets, weight = ctx.saved_tensors
+        eps, vocab_size = ctx.epsilon, lprobs.size(-1)
+        scale = (weight * (grad_loss + grad_nll))[..., None]  # (B, T, 1)
+        grad = lprobs.exp().mul_(scale)  # p * scale, (B, T, V)
+        grad.sub_((weight * (grad_loss * (eps / vocab_size)))[..., None])
+        at_target = (weight * (grad_loss * (1.0 - eps) + grad_nll))[..., None]
+        grad.scatter_add_(-1, targets[..., None], -at_target)
+        return grad.to(ctx.dtype), None, None, None
 
 
 __all__ = ["SmoothedLoss", "label_smoothed_cross_entropy", "target_mask"]

@@ -165,8 +165,9 @@ class TrainRecipe:
     """eps_ls (§5.4: 0.1). Dropout is the model's `dropout`."""
 
     # --- precision and speed ------------------------------------------------------------------
-    mixed_precision: Literal["no", "fp16", "bf16"] | None = None
-    """None: what `accelerate config` / `accelerate launch` say; otherwise this."""
+    mixed_precision: Literal["auto", "no", "fp16", "bf16"] | None = "auto"
+    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+), else fp32 (no);
+    None: what `accelerate config` / `accelerate launch` say; otherwise this."""
     compile: StrictBool = False
     """Run the model through `torch.compile`."""
 

@@ -42,6 +42,7 @@ from ..data.prepare import prepare_split
 from ..data.vocabulary import SPECIAL_IDS, check_tokenizer
 from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from ..precision import PrecisionChoice, choose_precision
 from .checkpoint import list_checkpoints, load_checkpoint, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
 from .loop import Run, micro_batch_seed
@@ -103,8 +104,13 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     checkpoint = prepare_output_dir(recipe, resume)
     tokenizer = load_tokenizer(recipe.tokenizer)
     config = recipe.model.to_config(vocab_size=check_vocabulary(tokenizer, recipe))
-    accelerator = make_accelerator(recipe)
+    choice = run_precision(recipe)
+    accelerator = make_accelerator(recipe, choice)
     main = accelerator.is_main_process
+    choice = choice or PrecisionChoice(accelerator.mixed_precision, "accelerate config / accelerate launch")
+    if choice.warning:
+        _echo(accelerator, choice.warning)
+    _echo(accelerator, choice.describe())
 
     # 2. Model and data.
     torch.manual_seed(recipe.seed)
@@ -126,15 +132,17 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
     optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
-    # foreach: a few kernels over all tensors. Not `fused`: its in-place updates do not advance the
-    # parameters' version counters, by which the validation decoder knows its prepared weights are stale.
+    # fused: one vectorized pass over each parameter and its moments (on a CPU, `foreach` loops over
+    # the tensors op by op); the same update as the textbook loop, to rounding.
+    fused = accelerator.device.type in ("cpu", "cuda")
     optimizer = optimizer_class(
         model.parameters(),
         lr=1.0,
         betas=tuple(recipe.adam_betas),
         eps=recipe.adam_eps,
         weight_decay=recipe.weight_decay,
-        foreach=True,
+        fused=fused or None,
+        foreach=not fused or None,
     )
     scheduler = build_scheduler(
         optimizer,
@@ -158,6 +166,7 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
         save_recipe(recipe, output / RECIPE_FILE)
     accelerator.wait_for_everyone()
     metrics = MetricsLog(output, state.step if checkpoint is not None else None, enabled=main)
+    metrics.write({"step": state.step, "precision": choice.precision, "precision_reason": choice.reason})
     accelerator.init_trackers("aiayn", config=_flat(recipe.to_dict()))
     forward_model = torch.compile(model, dynamic=True) if recipe.compile else model
 
@@ -198,17 +207,19 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
 # ---------------------------------------------------------------------------------------------
 
 
-def make_accelerator(recipe: TrainRecipe):
-    """One `Accelerator` for the run; `accelerate launch` / `accelerate config` decide the rest."""
+def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None):
+    """One `Accelerator` for the run, in the precision `choice` (default: the recipe's, on this device);
+    `accelerate launch` / `accelerate config` decide the rest."""
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration, is_wandb_available
 
     if "wandb" in recipe.trackers and not is_wandb_available():
         raise AiaynError("trackers: wandb is not installed (pip install wandb), or leave it out of trackers")
     project = ProjectConfiguration(project_dir=recipe.output_dir, logging_dir=str(Path(recipe.output_dir) / "logs"))
-    precision = {"mixed_precision": recipe.mixed_precision} if recipe.mixed_precision is not None else {}
+    choice = choice or run_precision(recipe)
+    precision = {"mixed_precision": choice.precision} if choice is not None else {}
     try:
-        return Accelerator(
+        accelerator = Accelerator(
             log_with=list(recipe.trackers) or None,
             project_config=project,
             step_scheduler_with_optimizer=False,
@@ -216,6 +227,16 @@ def make_accelerator(recipe: TrainRecipe):
         )
     except ValueError as err:  # e.g. fp16 where the device has none
         raise AiaynError(f"accelerate: {first_line(err)}") from None
+    return accelerator
+
+
+def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
+    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's."""
+    from accelerate import PartialState
+
+    if recipe.mixed_precision is None:
+        return None
+    return choose_precision(recipe.mixed_precision, PartialState().device)
 
 
 def load_tokenizer(path: str):
@@ -359,6 +380,7 @@ __all__ = [
     "load_data",
     "load_tokenizer",
     "make_accelerator",
+    "run_precision",
     "micro_batch_seed",
     "prepare_training_data",
     "quiet_libraries",

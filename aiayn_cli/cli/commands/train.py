@@ -89,7 +89,8 @@ def train(
         typer.Option(
             "--mixed-precision",
             rich_help_panel=PANEL_RUN,
-            help="no, fp16 or bf16 (default: what accelerate launch / accelerate config say).",
+            help="auto (bf16 where the device computes it natively: AVX512-BF16, AMX, Ampere+; else fp32), "
+            "no (fp32), fp16, bf16, or null (what accelerate launch / accelerate config say). Default: the recipe's, auto.",
         ),
     ] = None,
     compile: Annotated[
@@ -148,6 +149,8 @@ def train(
         "compile": compile,
     }
     overrides = options.recipe_overrides(set_values, data, flags)
+    if mixed_precision == "null":  # accelerate config / accelerate launch decide
+        overrides["mixed_precision"] = None
     if recipe is None and not overrides:
         raise AiaynError("give a recipe (a YAML file, or a name that `aiayn recipes` lists) or the keys as flags")
     resolved = load_recipe(find_recipe(recipe) if recipe is not None else None, overrides)

@@ -153,7 +153,15 @@ def translate(
             "--device", rich_help_panel=BATCHING, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
         ),
     ] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", rich_help_panel=BATCHING, help="fp32, bf16 or fp16.")] = "fp32",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            rich_help_panel=BATCHING,
+            help="auto (bf16 where the device computes it natively: AVX512-BF16, AMX, Ampere+; else fp32), "
+            "fp32, bf16 or fp16.",
+        ),
+    ] = "auto",
     threads: Annotated[
         int | None,
         typer.Option(

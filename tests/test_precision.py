@@ -1,0 +1,141 @@
+"""`mixed_precision: auto` and `--dtype auto`: bf16 only where the hardware computes it natively.
+
+The CPU's answers are passed in (or patched), so every case runs on any machine."""
+
+from __future__ import annotations
+
+import json
+import platform
+
+import pytest
+import torch
+from conftest import REPO_ROOT, cli_env, run_cli
+
+from aiayn_cli import precision
+from aiayn_cli.decoding.translator import pick_dtype
+from aiayn_cli.precision import choose_precision, native_bf16_cpu
+
+AVX512_BF16 = {
+    "capability": "AVX512",
+    "onednn_bf16": True,
+    "avx512_bf16": True,
+    "amx": False,
+    "x86": True,
+    "onednn_max_isa": "",
+}
+AVX2 = {**AVX512_BF16, "capability": "AVX2", "onednn_bf16": False, "avx512_bf16": False}
+
+
+@pytest.mark.parametrize(
+    ("features", "native", "words"),
+    [
+        (AVX512_BF16, True, "AVX512-BF16"),
+        ({**AVX512_BF16, "avx512_bf16": False, "amx": True}, True, "AMX"),
+        (AVX2, False, "oneDNN has no bf16"),
+        # AVX-512 without its bf16 instructions (Skylake, Zen 3): oneDNN supports bf16 but emulates it
+        ({**AVX512_BF16, "avx512_bf16": False}, False, "without AVX512-BF16 or AMX"),
+        ({**AVX512_BF16, "onednn_max_isa": "AVX2"}, False, "ONEDNN_MAX_CPU_ISA=AVX2"),
+        ({**AVX512_BF16, "onednn_max_isa": "AVX512_CORE"}, False, "ONEDNN_MAX_CPU_ISA=AVX512_CORE"),
+        ({**AVX512_BF16, "onednn_max_isa": "AVX512_CORE_AMX"}, True, "AVX512-BF16"),
+        ({**AVX2, "capability": "SVE256", "onednn_bf16": True, "x86": False}, True, "oneDNN computes bf16"),
+    ],
+)
+def test_native_bf16_cpu_from_what_the_cpu_reports(features, native, words):
+    got, reason = native_bf16_cpu(features)
+    assert got is native
+    assert words in reason and features["capability"] in reason
+
+
+@pytest.mark.parametrize(("native", "expected"), [(True, "bf16"), (False, "no")])
+def test_auto_is_bf16_only_where_native(monkeypatch, native, expected):
+    monkeypatch.setattr(precision, "cpu_features", lambda: AVX512_BF16 if native else AVX2)
+    choice = choose_precision("auto", "cpu")
+    assert choice.precision == expected and choice.warning is None
+    assert choice.reason.startswith("auto: CPU")
+    assert choice.describe().startswith(f"precision: {'bf16' if native else 'fp32'} (auto: CPU")
+    assert pick_dtype("auto", "cpu") == (torch.bfloat16 if native else torch.float32)
+
+
+def test_explicit_bf16_on_an_emulating_cpu_warns_with_the_slowdown(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_features", lambda: AVX2)
+    monkeypatch.setattr(precision, "emulation_slowdown", lambda dtype: 26.0)
+    choice = choose_precision("bf16", "cpu")
+    assert choice.precision == "bf16"  # it trains, as asked
+    assert "bf16 is emulated here" in choice.warning and "26.0x as long as in fp32" in choice.warning
+    assert "auto" in choice.warning  # and says what to do
+
+
+def test_explicit_choices_are_kept(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_features", lambda: AVX512_BF16)
+    assert choose_precision("bf16", "cpu").warning is None
+    assert choose_precision("no", "cpu") == precision.PrecisionChoice("no", "asked for")
+    assert choose_precision("fp16", "cpu").warning.startswith("warning: fp16 is emulated here")
+
+
+def test_no_fp16_and_no_bf16_by_default_off_cuda_and_cpu():
+    assert choose_precision("auto", "mps").precision == "no"
+    assert choose_precision(None, "meta").precision == "no"
+
+
+def test_emulation_slowdown_is_a_positive_ratio():
+    assert precision.emulation_slowdown(torch.bfloat16, repeats=1) > 0
+
+
+def test_recipes_and_train_default_to_auto():
+    from aiayn_cli.training.recipe import TrainRecipe, load_recipe
+
+    assert TrainRecipe.__dataclass_fields__["mixed_precision"].default == "auto"
+    for path in sorted((REPO_ROOT / "recipes").glob("*.yaml")):
+        assert load_recipe(path, {}).mixed_precision == "auto", path.name
+
+
+def test_the_accelerator_gets_the_choice(monkeypatch, tmp_path):
+    from aiayn_cli.training.recipe import load_recipe
+    from aiayn_cli.training.trainer import make_accelerator, run_precision
+
+    monkeypatch.setattr(precision, "cpu_features", lambda: AVX2)
+    recipe = load_recipe(REPO_ROOT / "recipes" / "tiny.yaml", {"output_dir": str(tmp_path), "trackers": []})
+    choice = run_precision(recipe)
+    assert choice.precision == "no" and "AVX2" in choice.reason
+    assert make_accelerator(recipe, choice).mixed_precision == "no"
+
+
+@pytest.mark.slow
+def test_train_prints_and_records_its_precision(tmp_path):
+    from test_training import train_args, write_dictionary_task
+
+    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.tokenization import train_tokenizer
+
+    data = write_dictionary_task(tmp_path / "data", n_train=200, n_valid=8)
+    spec = DataSpec(data_dir=str(data), source_lang="en", target_lang="de")
+    train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "tok", show_progress=False)
+    task = {"data": data, "tokenizer": tmp_path / "tok"}
+    env = cli_env(HF_DATASETS_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    fixed = (
+        "--max-steps",
+        "2",
+        "--set",
+        "valid_split=null",
+        "--set",
+        "average_last=null",
+        "--set",
+        "trackers=[]",
+        "--set",
+        "best_metric=loss",
+    )
+    result = run_cli(*train_args({**task}, tmp_path / "auto", *fixed), env=env)
+    assert result.returncode == 0, result.stderr
+    native, why = precision.native_bf16("cpu")
+    line = f"precision: {'bf16' if native else 'fp32'} (auto: {why})"
+    assert line in result.stderr.splitlines()
+    first = json.loads((tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first == {"step": 0, "precision": "bf16" if native else "no", "precision_reason": f"auto: {why}"}
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return
+    # bf16 asked for where oneDNN may not use the bf16 instructions: it trains, and warns.
+    emulated = {**env, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    result = run_cli(*train_args(task, tmp_path / "bf16", *fixed, "--mixed-precision", "bf16"), env=emulated)
+    assert result.returncode == 0, result.stderr
+    assert "warning: bf16 is emulated here" in result.stderr
+    assert "precision: bf16 (asked for)" in result.stderr
