@@ -39,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
-from aiayn_cli.decoding.incremental import PreparedWeights  # noqa: E402
+from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
 from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
 from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
 
@@ -138,14 +138,14 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-_PREPARED: dict[int, PreparedWeights] = {}
+_PREPARED: dict[int, PreparedModel] = {}
 
 
 def run_aiayn(model, ids, mask, steps: int, beams: int) -> int:
     """As `aiayn translate` decodes: the projections prepared once per model (by its `Translator`)."""
     options = DecodingOptions(num_beams=beams, length_penalty=0.6, max_len_a=0, max_len_b=steps - 1, min_len=steps - 1)
     if id(model) not in _PREPARED:
-        _PREPARED[id(model)] = PreparedWeights(model)
+        _PREPARED[id(model)] = PreparedModel(model)
     weights = _PREPARED[id(model)]
     hyps = decode(model, ids, mask, options, weights)
     lengths = {len(h[0].tokens) + 1 for h in hyps}  # + </s>

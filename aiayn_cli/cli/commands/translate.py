@@ -169,7 +169,14 @@ def translate(
             "--device", rich_help_panel=BATCHING, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
         ),
     ] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", rich_help_panel=BATCHING, help="fp32, bf16 or fp16.")] = "fp32",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            rich_help_panel=BATCHING,
+            help="fp32, bf16, fp16, or int8 (CPUs: int8 weights for the linear maps, float activations).",
+        ),
+    ] = "fp32",
     threads: Annotated[
         int | None,
         typer.Option(
