@@ -5,9 +5,10 @@ modules (attention, the sub-layer connections, the feed-forward networks, masks,
 fairseq's `SequenceGenerator` calls `model.forward_decoder(..., incremental_state)`. What this
 module adds is only how the work is laid out:
 
-* `PreparedModel`: the model's modules with every linear map replaced by a faster equivalent
-  (`Projection`: prepacked for oneDNN on CPUs; or int8 weights, `dtype="int8"`), sharing all other
-  parameters with the model.
+* `PreparedModel`: a copy of the model's modules, sharing its parameters, where the leaves that
+  run many times a step are plain functions computing the same thing: every linear map prepacked
+  for oneDNN on CPUs (`Projection`; or int8 weights, `dtype="int8"`), LayerNorm without the module
+  call, dropout as the identity (eval mode).
 * `DecodingState`: the cache the model's attention reads and writes. The encoder runs once per
   batch; the encoder-decoder keys and values are computed once per sentence and shared by its beams
   (the beams of a sentence are the queries of one attention call); the self-attention keys and
@@ -22,6 +23,7 @@ import copy
 import itertools
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
@@ -66,34 +68,64 @@ PROJECTION_DTYPES = ("float", "int8")
 # ---------------------------------------------------------------------------------------------
 
 
-class Projection(nn.Module):
+class Projection:
     """x W^T + b for a fixed weight W: an `nn.Linear`'s function, prepacked for oneDNN's GEMM.
 
     The weight is packed once (`torch.ops.mkldnn._linear_pointwise`, the kernel `torch.compile` uses
     for frozen CPU linears), which runs 2-3x faster than the BLAS call of `F.linear` on CPUs where
-    MKL does not use AVX-512 (AMD). `Projection.of(linear)` returns the `nn.Linear` itself where the
-    weight cannot be packed (not on a CPU, no oneDNN, a dtype without a kernel).
+    MKL does not use AVX-512 (AMD). Where the weight cannot be packed (not on a CPU, no oneDNN, a
+    dtype without a kernel) it is `F.linear`.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor):
-        super().__init__()
-        self.weight, self.bias, self.packed = weight, bias, packed
+    def __init__(self, linear: nn.Linear):
+        self.weight = linear.weight.detach()
+        self.bias = linear.bias.detach() if linear.bias is not None else None
+        self.packed = None
+        if self.weight.device.type == "cpu" and _onednn_available():
+            try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype (fp16 on most CPUs)
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 64)
+                self(self.weight.new_zeros(1, self.weight.size(1)))
+            except (RuntimeError, AttributeError):
+                self.packed = None
 
-    @classmethod
-    def of(cls, linear: nn.Linear) -> nn.Module:
-        weight = linear.weight.detach()
-        if weight.device.type != "cpu" or not _onednn_available():
-            return linear
-        bias = linear.bias.detach() if linear.bias is not None else None
-        try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype (fp16 on most CPUs)
-            projection = cls(weight, bias, torch.ops.mkldnn._reorder_linear_weight(weight, 64))
-            projection(weight.new_zeros(1, weight.size(1)))
-        except (RuntimeError, AttributeError):
-            return linear
-        return projection
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            return F.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+class LayerNorm:
+    """An `nn.LayerNorm`'s function on its parameters, without the module call around it."""
+
+    def __init__(self, norm: nn.LayerNorm):
+        self.shape, self.weight, self.bias, self.eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    """Dropout in eval mode."""
+    return x
+
+
+def _replace_leaves(modules: nn.Module, int8: bool) -> None:
+    """Swap the leaf modules the decoder calls many times a step for plain functions that compute the
+    same thing: `nn.Linear` -> `Projection` (unless int8), `nn.LayerNorm` -> `LayerNorm`, `nn.Dropout`
+    -> the identity (eval mode). The modules around them (attention, sub-layer connections, the
+    feed-forward networks, the stacks) stay the model's."""
+    for parent in list(modules.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear and not int8:
+                function = Projection(child)
+            elif type(child) is nn.LayerNorm:
+                function = LayerNorm(child)
+            elif type(child) is nn.Dropout:
+                function = _identity
+            else:
+                continue
+            del parent._modules[name]
+            setattr(parent, name, function)  # a plain attribute: no module call, no __getattr__
 
 
 def _onednn_available() -> bool:
@@ -137,12 +169,8 @@ class PreparedModel:
             if model.lm_head.weight.device.type != "cpu":
                 raise ValueError("int8 decoding runs on CPUs only")
             _int8_linears(modules)
-        else:
-            for parent in list(modules.modules()):
-                for name, child in parent.named_children():
-                    if type(child) is nn.Linear:
-                        setattr(parent, name, Projection.of(child))
-        self.encoder, self.decoder, self.lm_head = modules["encoder"], modules["decoder"], modules["lm_head"]
+        _replace_leaves(modules, int8=dtype == "int8")
+        self.encoder, self.decoder, self.lm_head = modules.encoder, modules.decoder, modules.lm_head
 
 
 def encode(
@@ -256,6 +284,9 @@ class IncrementalDecoder:
         self.memory = encode(model, input_ids, attention_mask, self.prepared)  # (B, S, d_model), once
         self.source_mask = attention_mask
         self.state = DecodingState(model.config, max_rows, capacity, weight.dtype, weight.device)
+        positions = self.prepared.decoder.embed_positions
+        if positions.table is None or positions.table.size(0) < capacity:  # computed once, not at every step
+            positions.table = positions.encoding(capacity, device=weight.device).to(weight.dtype)
         self.state.cache = self.state.cache[: input_ids.size(0)]
         self.batch, self.rows_per_sentence = input_ids.size(0), 1
 
@@ -286,6 +317,7 @@ class IncrementalDecoder:
 __all__ = [
     "DecodingState",
     "IncrementalDecoder",
+    "LayerNorm",
     "PreparedModel",
     "Projection",
     "SUPPORTED_CONFIG_FIELDS",

@@ -233,19 +233,24 @@ class PositionalEncoding(nn.Module):
             else None
         )
         self.dropout = nn.Dropout(config.dropout)
+        self.table: torch.Tensor | None = None  # `encoding(n)`, kept by a decoder that calls once per position
 
-    def forward(self, embeddings: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """`embeddings` `(B, T, d_model)` hold positions offset .. offset + T - 1."""
-        length = embeddings.size(1)
+    def encoding(self, length: int, offset: int = 0, device: torch.device | None = None) -> torch.Tensor:
+        """The encodings `(T, d_model)` of positions offset .. offset + T - 1."""
         if offset + length > self.max_positions and self.learned is not None:
             raise ValueError(
                 f"sequence of {offset + length} positions is longer than max_position_embeddings={self.max_positions}"
             )
-        positions = torch.arange(offset, offset + length, device=embeddings.device)
+        if self.table is not None and offset + length <= self.table.size(0):
+            return self.table[offset : offset + length]
+        positions = torch.arange(offset, offset + length, device=device)
         if self.learned is not None:
-            encoding = self.learned(positions)
-        else:
-            encoding = sinusoidal_positional_encoding(positions, self.d_model)
+            return self.learned(positions)
+        return sinusoidal_positional_encoding(positions, self.d_model)
+
+    def forward(self, embeddings: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """`embeddings` `(B, T, d_model)` hold positions offset .. offset + T - 1."""
+        encoding = self.encoding(embeddings.size(1), offset, embeddings.device)
         return self.dropout(embeddings + encoding.to(embeddings.dtype))
 
 
