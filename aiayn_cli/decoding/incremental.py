@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from ..model.modeling_aiayn import AiaynForConditionalGeneration, PositionwiseFeedForward
 
 # Every field of `AiaynConfig` that the fast decoder handles (through the model's own modules, which
 # read them). A field added to the config must be added here once the decoder is known to handle it
@@ -77,7 +77,8 @@ class Projection:
     dtype without a kernel) it is `F.linear`.
     """
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, relu: bool = False):
+        self.relu = relu  # max(0, x W^T + b), fused into the GEMM where it is packed
         self.weight = linear.weight.detach()
         self.bias = linear.bias.detach() if linear.bias is not None else None
         self.packed = None
@@ -90,8 +91,9 @@ class Projection:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            y = F.linear(x, self.weight, self.bias)
+            return F.relu(y) if self.relu else y
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none", [], "")
 
 
 class LayerNorm:
@@ -112,12 +114,16 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
 def _replace_leaves(modules: nn.Module, int8: bool) -> None:
     """Swap the leaf modules the decoder calls many times a step for plain functions that compute the
     same thing: `nn.Linear` -> `Projection` (unless int8), `nn.LayerNorm` -> `LayerNorm`, `nn.Dropout`
-    -> the identity (eval mode). The modules around them (attention, sub-layer connections, the
-    feed-forward networks, the stacks) stay the model's."""
+    -> the identity (eval mode); the ReLU of a feed-forward network joins its first projection. The
+    modules around them (attention, sub-layer connections, the feed-forward networks, the stacks)
+    stay the model's."""
     for parent in list(modules.modules()):
+        relu = isinstance(parent, PositionwiseFeedForward) and parent.activation is F.relu and not int8
+        if relu:
+            parent.activation = _identity  # ... applied by w_1
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and not int8:
-                function = Projection(child)
+                function = Projection(child, relu=relu and name == "w_1")
             elif type(child) is nn.LayerNorm:
                 function = LayerNorm(child)
             elif type(child) is nn.Dropout:
@@ -282,7 +288,7 @@ class IncrementalDecoder:
         self.prepared = prepared if prepared is not None else PreparedModel(model)
         weight = model.lm_head.weight
         self.memory = encode(model, input_ids, attention_mask, self.prepared)  # (B, S, d_model), once
-        self.source_mask = attention_mask
+        self.source_mask = attention_mask if attention_mask is not None and not bool(attention_mask.all()) else None
         self.state = DecodingState(model.config, max_rows, capacity, weight.dtype, weight.device)
         positions = self.prepared.decoder.embed_positions
         if positions.table is None or positions.table.size(0) < capacity:  # computed once, not at every step
