@@ -132,6 +132,19 @@ def _replace_leaves(modules: nn.Module, int8: bool) -> None:
                 continue
             del parent._modules[name]
             setattr(parent, name, function)  # a plain attribute: no module call, no __getattr__
+    for module in modules.modules():  # the modules left are called straight, without hooks
+        module.__class__ = _direct_call(type(module))
+
+
+_DIRECT: dict[type, type] = {}
+
+
+def _direct_call(cls: type) -> type:
+    """`cls` with `__call__` = `forward`: the copy has no hooks, so `nn.Module.__call__`'s checks are
+    skipped (a decoding step calls some 7 modules per layer)."""
+    if cls not in _DIRECT:
+        _DIRECT[cls] = type(cls.__name__, (cls,), {"__call__": cls.forward})
+    return _DIRECT[cls]
 
 
 def _onednn_available() -> bool:
