@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -162,7 +163,9 @@ def _int8_linears(module: nn.Module) -> None:
 
     if torch.backends.quantized.engine == "none":
         raise RuntimeError("this PyTorch build has no quantized CPU kernels")
-    quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+    with warnings.catch_warnings():  # PyTorch announces the end of its quantized tensors: nothing a user can act on
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
+        quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
 
 
 class PreparedModel:
