@@ -292,12 +292,8 @@ def hardware() -> str:
     except OSError:
         pass
     bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    isa = [f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")]
-    isa = [
-        v
-        for v, k in zip(isa, ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"))
-        if k in os.environ
-    ]
+    names = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+    isa = [f"{k}={os.environ[k]}" for k in names if k in os.environ]
     return (
         f"CPU: {model}, {os.cpu_count()} logical cores; torch.backends.cpu.get_cpu_capability(): "
         f"{torch.backends.cpu.get_cpu_capability()}; bf16 native: {bf16}; torch {torch.__version__}"
