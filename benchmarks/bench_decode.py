@@ -2,6 +2,8 @@
 
     python benchmarks/bench_decode.py                     # small and base dimensions, 2 threads
     python benchmarks/bench_decode.py --dims base --batch 8 32 --repeats 7
+    python benchmarks/bench_decode.py --dims base --batch 32 --dtype fp32 int8 --no-hf   # int8 against fp32
+    python benchmarks/bench_decode.py --dims small --batch 1 8 --threads 1 2             # threads per batch size
 
 How the comparison is made fair:
 
@@ -19,6 +21,11 @@ How the comparison is made fair:
   `inter_threads=1` for CTranslate2.
 * Measured in one run, alternating the systems within each repetition; the median of the
   repetitions is reported (other processes on the machine make single timings noisy).
+* `--dtype int8` adds aiayn with int8 weights for the linear maps (`aiayn translate --dtype int8`) and
+  CTranslate2 with `compute_type="int8"` (its own int8 GEMM, quantized from the same float model).
+* `--threads 1 2` measures every row at each thread count (the header says which kernels the CPU
+  gets: `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2` make an
+  AVX-512 CPU run the AVX2 kernels of ATen, oneDNN and MKL).
 
 CTranslate2 (`pip install ctranslate2`) converts the saved `MarianMTModel` with
 `TransformersConverter` (float32, no quantization); it is skipped with a message where it is absent.
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -39,7 +48,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
-from aiayn_cli.decoding.incremental import PreparedWeights  # noqa: E402
+from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
 from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
 from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
 
@@ -114,10 +123,9 @@ class _Vocabulary:
         return {t: i for i, t in enumerate(self.tokens)}
 
 
-def build_ctranslate2(folder: Path, vocab: int, threads: int):
-    """CTranslate2's Translator for the saved Marian model, or a string saying why there is none."""
+def build_ctranslate2(folder: Path, vocab: int) -> str:
+    """CTranslate2's model folder for the saved Marian model, or a string saying why there is none."""
     try:
-        import ctranslate2
         from ctranslate2.converters import TransformersConverter
     except ImportError as err:
         return f"ctranslate2 is not installed ({err}); pip install ctranslate2"
@@ -127,9 +135,16 @@ def build_ctranslate2(folder: Path, vocab: int, threads: int):
             return _Vocabulary(vocab)
 
     out = folder / "ct2"
-    Converter(str(folder)).convert(str(out), quantization=None, force=True)
+    if not out.is_dir():
+        Converter(str(folder)).convert(str(out), quantization=None, force=True)
+    return str(out)
+
+
+def ctranslate2_translator(folder: str, compute_type: str, threads: int):
+    import ctranslate2
+
     return ctranslate2.Translator(
-        str(out), device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1
+        folder, device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1
     )
 
 
@@ -138,16 +153,10 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-_PREPARED: dict[int, PreparedWeights] = {}
-
-
-def run_aiayn(model, ids, mask, steps: int, beams: int) -> int:
+def run_aiayn(model, prepared: PreparedModel, ids, mask, steps: int, beams: int) -> int:
     """As `aiayn translate` decodes: the projections prepared once per model (by its `Translator`)."""
     options = DecodingOptions(num_beams=beams, length_penalty=0.6, max_len_a=0, max_len_b=steps - 1, min_len=steps - 1)
-    if id(model) not in _PREPARED:
-        _PREPARED[id(model)] = PreparedWeights(model)
-    weights = _PREPARED[id(model)]
-    hyps = decode(model, ids, mask, options, weights)
+    hyps = decode(model, ids, mask, options, prepared)
     lengths = {len(h[0].tokens) + 1 for h in hyps}  # + </s>
     assert lengths == {steps}, lengths
     return steps * ids.size(0)
@@ -192,13 +201,31 @@ def timed(fn, device: str) -> tuple[float, int]:
     return time.perf_counter() - start, tokens
 
 
-def bench(dims: str, vocab: int, batch: int, args, workdir: Path) -> dict:
-    aiayn = build_aiayn(dims, vocab).to(args.device)
-    marian = build_marian(dims, vocab, workdir / f"marian-{dims}-{vocab}").to(args.device)
-    ct2 = None
-    if not args.no_ctranslate2 and args.device == "cpu":
-        ct2 = build_ctranslate2(workdir / f"marian-{dims}-{vocab}", vocab, args.threads)
-    ct2_reason = ct2 if isinstance(ct2, str) else None
+class Models:
+    """Each dims' models, built once: aiayn (prepared in float and in int8), Marian, CTranslate2's folder."""
+
+    def __init__(self, args, workdir: Path):
+        self.args, self.workdir, self.built = args, workdir, {}
+
+    def get(self, dims: str, vocab: int) -> dict:
+        if (dims, vocab) not in self.built:
+            args = self.args
+            aiayn = build_aiayn(dims, vocab).to(args.device)
+            models = {"aiayn": aiayn, "prepared": {"fp32": PreparedModel(aiayn)}}
+            if "int8" in args.dtype:
+                models["prepared"]["int8"] = PreparedModel(aiayn, "int8")
+            folder = self.workdir / f"marian-{dims}-{vocab}"
+            models["marian"] = build_marian(dims, vocab, folder).to(args.device)
+            models["ct2"] = "not measured on GPUs" if args.device != "cpu" else "--no-ctranslate2"
+            if not args.no_ctranslate2 and args.device == "cpu":
+                models["ct2"] = build_ctranslate2(folder, vocab)
+            self.built = {(dims, vocab): models}  # one dims at a time in memory
+        return self.built[(dims, vocab)]
+
+
+def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models) -> dict:
+    torch.set_num_threads(threads)
+    m = models.get(dims, vocab)
     # The same source lengths and ids for all systems (each in its own special-id convention).
     ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
     m_ids, m_mask, m_sentences = make_batch(
@@ -206,43 +233,82 @@ def bench(dims: str, vocab: int, batch: int, args, workdir: Path) -> dict:
     )
     ct2_sentences = [[f"t{i}" if i != 0 else "</s>" for i in s] for s in m_sentences]
     ids, mask, m_ids, m_mask = (t.to(args.device) for t in (ids, mask, m_ids, m_mask))
-    systems = {
-        "aiayn": lambda: run_aiayn(aiayn, ids, mask, args.new_tokens, args.beams),
-        "hf_marian": lambda: run_marian(marian, m_ids, m_mask, args.new_tokens, args.beams),
-    }
-    if ct2 is not None and ct2_reason is None:
-        systems["ctranslate2"] = lambda: run_ctranslate2(ct2, ct2_sentences, args.new_tokens, args.beams)
+    steps, beams = args.new_tokens, args.beams
+    systems = {}
+    for dtype in args.dtype:
+        name = "aiayn" if dtype == "fp32" else f"aiayn_{dtype}"
+        prepared = m["prepared"][dtype]
+        systems[name] = lambda prepared=prepared: run_aiayn(m["aiayn"], prepared, ids, mask, steps, beams)
+    if not args.no_hf:
+        systems["hf_marian"] = lambda: run_marian(m["marian"], m_ids, m_mask, steps, beams)
+    ct2_folder = m["ct2"]
+    ct2_reason = None if Path(ct2_folder).is_dir() else ct2_folder
+    if ct2_reason is None:
+        for dtype in args.dtype:
+            translator = ctranslate2_translator(ct2_folder, {"fp32": "float32"}.get(dtype, dtype), threads)
+            name = "ctranslate2" if dtype == "fp32" else f"ctranslate2_{dtype}"
+            systems[name] = lambda t=translator: run_ctranslate2(t, ct2_sentences, steps, beams)
     for fn in systems.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {name: [] for name in systems}
     tokens = {}
-    for _ in range(args.repeats):
-        for name, fn in systems.items():
-            seconds, tokens[name] = timed(fn, args.device)
+    for repeat in range(args.repeats):
+        order = list(systems) if repeat % 2 == 0 else list(reversed(systems))  # no system always runs first
+        for name in order:
+            seconds, tokens[name] = timed(systems[name], args.device)
             times[name].append(seconds)
-    row = {
-        "dims": dims,
-        "vocab": vocab,
-        "batch": batch,
-        "beams": args.beams,
-        "new_tokens": args.new_tokens,
-        "threads": args.threads,
-        "device": args.device,
-    }
+    row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
+    row["device"] = args.device
     for name in systems:
-        median = statistics.median(times[name])
-        row[f"{name}_tok_s"] = tokens[name] / median
+        row[f"{name}_tok_s"] = tokens[name] / statistics.median(times[name])
         row[f"{name}_times"] = [round(t, 4) for t in times[name]]
-    # Ratios of the medians, and the median of the ratios within each repetition (the systems ran
-    # one after the other there, under the same load).
-    row["ratio_vs_hf"] = row["aiayn_tok_s"] / row["hf_marian_tok_s"]
-    row["paired_ratio_vs_hf"] = statistics.median(h / a for a, h in zip(times["aiayn"], times["hf_marian"]))
-    if "ctranslate2_tok_s" in row:
-        row["ratio_vs_ct2"] = row["aiayn_tok_s"] / row["ctranslate2_tok_s"]
-        row["paired_ratio_vs_ct2"] = statistics.median(c / a for a, c in zip(times["aiayn"], times["ctranslate2"]))
-    elif ct2_reason:
+    # Ratios: the median over repetitions of the ratio within the repetition (the systems ran one
+    # after the other there, under the same load).
+    for a, b in RATIOS:
+        if a in systems and b in systems:
+            row[f"{a}/{b}"] = statistics.median(tb / ta for ta, tb in zip(times[a], times[b]))
+    if ct2_reason:
         row["ctranslate2"] = ct2_reason
     return row
+
+
+RATIOS = [
+    ("aiayn", "hf_marian"),
+    ("aiayn", "ctranslate2"),
+    ("aiayn_int8", "aiayn"),
+    ("aiayn_int8", "ctranslate2_int8"),
+    ("ctranslate2_int8", "ctranslate2"),
+]
+
+
+def hardware() -> str:
+    """The CPU model, ATen's kernel level, whether oneDNN computes bf16 natively, and the ISA variables set."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    names = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+    isa = [f"{k}={os.environ[k]}" for k in names if k in os.environ]
+    return (
+        f"CPU: {model}, {os.cpu_count()} logical cores; torch.backends.cpu.get_cpu_capability(): "
+        f"{torch.backends.cpu.get_cpu_capability()}; bf16 native: {bf16}; torch {torch.__version__}"
+        + (f"; {' '.join(isa)}" if isa else "")
+    )
+
+
+def print_table(rows: list[dict]) -> None:
+    names = [n[: -len("_tok_s")] for n in rows[0] if n.endswith("_tok_s")]
+    ratios = [f"{a}/{b}" for a, b in RATIOS if f"{a}/{b}" in rows[0]]
+    print("| dims | batch | threads | " + " | ".join(f"{n} tok/s" for n in names) + " | " + " | ".join(ratios) + " |")
+    print("|---" * (3 + len(names) + len(ratios)) + "|")
+    for r in rows:
+        cells = [f"{r[f'{n}_tok_s']:.0f}" for n in names] + [f"{r[k]:.2f}x" for k in ratios]
+        print(f"| {r['dims']} | {r['batch']} | {r['threads']} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -256,47 +322,42 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=30, help="decoder steps per sentence (T)")
     parser.add_argument("--min-src", type=int, default=15)
     parser.add_argument("--max-src", type=int, default=35)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2], help="thread counts, each measured")
+    parser.add_argument("--dtype", nargs="+", default=["fp32"], choices=["fp32", "int8"], help="aiayn and CT2")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--no-hf", action="store_true", help="do not measure Hugging Face generate()")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (CTranslate2 is then not measured)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
+    if "fp32" not in args.dtype:
+        args.dtype.insert(0, "fp32")  # the reference of every ratio
 
-    torch.set_num_threads(args.threads)
+    print(hardware(), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        models = Models(args, Path(tmp))
         for dims in args.dims:
             vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
             for batch in args.batch:
-                row = bench(dims, vocab, batch, args, Path(tmp))
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
+                for threads in args.threads:
+                    row = bench(dims, vocab, batch, threads, args, models)
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
 
     print(f"""
+{hardware()}
 Same work for every system: the same source batch, beam {args.beams}, exactly {args.new_tokens} decoder steps per
 sentence (</s> suppressed before the last step and forced at it), the same dimensions and vocabulary,
-random float32 weights, {args.threads} threads each, on {args.device}; systems alternate within each of
-{args.repeats} repetitions.
-tokens/s = sentences x steps / median seconds (encoder included); "paired" = median over repetitions
-of the ratio within the repetition. torch {torch.__version__}.
+random float32 weights, the same threads, on {args.device}; systems alternate within each of
+{args.repeats} repetitions. tokens/s = sentences x steps / median seconds (encoder included);
+a/b = median over repetitions of b's time / a's time within the repetition (> 1: a is faster).
 """)
-    header = (
-        "| dims | vocab | batch | aiayn tok/s | HF Marian tok/s | CTranslate2 tok/s | aiayn / HF (paired) "
-        "| aiayn / CT2 (paired) |"
-    )
-    print(header)
-    print("|---" * 8 + "|")
-    for r in rows:
-        ct2 = f"{r['ctranslate2_tok_s']:.0f}" if "ctranslate2_tok_s" in r else "n/a"
-        ratio_ct2 = f"{r['ratio_vs_ct2']:.2f}x ({r['paired_ratio_vs_ct2']:.2f}x)" if "ratio_vs_ct2" in r else "n/a"
-        print(
-            f"| {r['dims']} | {r['vocab']} | {r['batch']} | {r['aiayn_tok_s']:.0f} | {r['hf_marian_tok_s']:.0f} | "
-            f"{ct2} | {r['ratio_vs_hf']:.2f}x ({r['paired_ratio_vs_hf']:.2f}x) | {ratio_ct2} |"
-        )
-    if any("ctranslate2" in r for r in rows):
-        print(f"\nCTranslate2 not measured: {rows[0].get('ctranslate2')}")
+    print_table(rows)
+    reasons = {r["ctranslate2"] for r in rows if "ctranslate2" in r}
+    if reasons:
+        print(f"\nCTranslate2 not measured: {reasons.pop()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

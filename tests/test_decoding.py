@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedWeights, encode
+from aiayn_cli.decoding.incremental import SUPPORTED_CONFIG_FIELDS, IncrementalDecoder, PreparedModel, encode
 from aiayn_cli.decoding.search import DecodingOptions, beam_search, decode, length_penalty
 
 PAD, BOS, EOS = 0, 1, 2
@@ -97,29 +97,106 @@ def reference_beam_search(
     return sorted(finished, key=lambda f: f[1], reverse=True)
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {},
-        {"pre_norm": True, "positional_encoding": "learned"},
-        {"tie_word_embeddings": True},
-    ],
-)
+# ---------------------------------------------------------------------------------------------
+# Every switch of the config: the fast decoder (the model's modules, prepared) == the references
+# ---------------------------------------------------------------------------------------------
+
+# A value other than `tiny_model`'s for every field of AiaynConfig that changes what the model computes.
+CONFIG_SWITCHES = {
+    "pre_norm": True,
+    "positional_encoding": "learned",
+    "activation_function": "gelu",
+    "scale_embedding": False,
+    "tie_word_embeddings": True,
+    "layer_norm_eps": 1e-2,
+    "dropout": 0.3,  # in eval mode, dropout of every kind must change nothing
+    "attention_dropout": 0.3,
+    "activation_dropout": 0.3,
+    "num_heads": 2,
+    "d_model": 32,
+    "d_ff": 48,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 3,
+    "init_std": 0.2,
+}
+# Fields that are sizes of the tables, ids, or Hugging Face plumbing: every test below exercises them.
+NOT_SWITCHES = {
+    "vocab_size",
+    "max_position_embeddings",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "use_cache",
+    "is_encoder_decoder",
+    "custom_pipelines",
+}
+VARIANTS = [{}] + [{name: value} for name, value in CONFIG_SWITCHES.items()] + [dict(CONFIG_SWITCHES)]
+
+
+def variant_id(overrides: dict) -> str:
+    return "-".join(f"{k}={v}" for k, v in overrides.items()) if len(overrides) < 2 else "all-switches"
+
+
+def test_the_fast_decoder_declares_every_config_field():
+    """A field added to AiaynConfig fails here until the fast decoder declares it supported and the
+    equivalence tests below give it a switch (or say why it needs none)."""
+    fields = set(AiaynConfig.__annotations__)
+    assert fields == SUPPORTED_CONFIG_FIELDS, (
+        f"not declared by aiayn_cli/decoding/incremental.py: {sorted(fields - SUPPORTED_CONFIG_FIELDS)}; "
+        f"declared but gone: {sorted(SUPPORTED_CONFIG_FIELDS - fields)}"
+    )
+    assert set(CONFIG_SWITCHES) | NOT_SWITCHES == fields
+    assert not set(CONFIG_SWITCHES) & NOT_SWITCHES
+    defaults = tiny_model().config
+    assert all(getattr(defaults, name) != value for name, value in CONFIG_SWITCHES.items())
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=variant_id)
 def test_beam_search_equals_reference(overrides):
     model = tiny_model(**overrides)
-    lengths = [9, 4, 7, 2, 9, 5]
+    lengths = [9, 4, 7, 2]
     ids, mask = source_batch(lengths)
-    options = DecodingOptions(num_beams=4, nbest=4, length_penalty=0.6, max_len_a=0.5, max_len_b=6)
+    options = DecodingOptions(num_beams=4, nbest=4, length_penalty=0.6, max_len_a=0.5, max_len_b=5)
     fast = decode(model, ids, mask, options)
     finished_early = 0
     for i, n in enumerate(lengths):
-        max_len = int(0.5 * n + 6)
+        max_len = int(0.5 * n + 5)
         slow = reference_beam_search(model, ids[i, :n].tolist(), 4, 0.6, "gnmt", max_len)
         assert [h.tokens for h in fast[i]] == [tokens for tokens, _ in slow]
         assert [h.score for h in fast[i]] == pytest.approx([score for _, score in slow], abs=1e-4)
         finished_early += all(len(h.tokens) < max_len for h in fast[i])
-    if not overrides.get("tie_word_embeddings"):
+    if overrides == {}:
         assert finished_early >= 2  # the comparison covers sentences that stop before their limit
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=variant_id)
+def test_greedy_equals_generate_for_every_switch(overrides):
+    model = tiny_model(**overrides)
+    ids, mask = source_batch([9, 4, 7, 2, 9, 5])
+    fast = decode(model, ids, mask, DecodingOptions(num_beams=1, max_len_a=0, max_len_b=12))
+    reference = model.generate(
+        input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=12, max_length=None
+    )
+    for hyps, row in zip(fast, reference.tolist()):
+        tokens = row[1:]  # without <s>
+        tokens = tokens[: tokens.index(EOS)] if EOS in tokens else tokens
+        assert hyps[0].tokens == tokens
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=variant_id)
+def test_batch_of_64_equals_one_at_a_time(overrides):
+    """A sentence's hypotheses do not depend on what it is batched with (padding, finished neighbours)."""
+    model = tiny_model(**overrides)
+    lengths = [2 + (7 * i) % 11 for i in range(64)]
+    ids, mask = source_batch(lengths, seed=2)
+    options = DecodingOptions(num_beams=4, nbest=2, max_len_a=0.5, max_len_b=4)
+    together = decode(model, ids, mask, options)
+    for i in range(0, 64, 8):  # every 8th sentence, decoded alone
+        n = lengths[i]
+        alone = decode(model, ids[i : i + 1, :n], mask[i : i + 1, :n], options)[0]
+        assert [h.tokens for h in together[i]] == [h.tokens for h in alone]
+        assert [h.score for h in together[i]] == pytest.approx([h.score for h in alone], abs=1e-4)
 
 
 def test_beam_search_equals_reference_with_hf_penalty_and_min_len():
@@ -193,7 +270,7 @@ def test_encoder_equals_model_encoder():
     ids, mask = source_batch([9, 4, 7])
     expected = model.model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
     with torch.inference_mode():
-        got = encode(model, ids, mask, PreparedWeights(model))
+        got = encode(model, ids, mask, PreparedModel(model))
     real = mask.bool()
     assert torch.allclose(got[real], expected[real], atol=1e-5)
 
@@ -393,3 +470,36 @@ def test_decoding_follows_weights_changed_in_place():
     after = decode(model, ids, mask, options)
     assert [h[0].tokens for h in after] == [h[0].tokens for h in decode(other, ids, mask, options)]
     assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
+
+
+# ---------------------------------------------------------------------------------------------
+# int8 decoding (`aiayn translate --dtype int8`)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_int8_decoding_quantizes_every_linear_map_and_stays_close():
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    model = tiny_model()
+    prepared = PreparedModel(model, "int8")
+    float_linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    int8_linears = [m for part in (prepared.encoder, prepared.decoder) for m in part.modules()]
+    assert sum(isinstance(m, Int8Linear) for m in int8_linears) + isinstance(prepared.lm_head, Int8Linear) == (
+        float_linears
+    )
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the model itself is untouched
+    lengths = [2 + (7 * i) % 11 for i in range(32)]
+    ids, mask = source_batch(lengths, seed=2)
+    with torch.inference_mode():
+        exact = IncrementalDecoder(model, ids, mask, capacity=4, max_rows=32).step(torch.full((32,), BOS))
+        int8 = IncrementalDecoder(model, ids, mask, capacity=4, max_rows=32, prepared=prepared).step(
+            torch.full((32,), BOS)
+        )
+    assert (int8 - exact).abs().max() < 0.05 * exact.abs().max()
+    assert not torch.equal(int8, exact)  # int8 kernels ran
+    options = DecodingOptions(num_beams=4, max_len_a=0.5, max_len_b=6)
+    same = [
+        a[0].tokens == b[0].tokens
+        for a, b in zip(decode(model, ids, mask, options, prepared), decode(model, ids, mask, options))
+    ]
+    assert sum(same) >= 20  # measured: 24 of 32 on this random model

@@ -366,3 +366,10 @@ def test_user_errors_exit_2_with_one_line(model_dir, monkeypatch, capsysbinary):
         stdin=b"a dog\n" + long.encode() + b"\n",
     )
     assert code == 0 and out.split(b"\n")[1] == b"" and "stdin line 2:" in err and "skipped" in err
+
+
+def test_int8_translates_on_cpus(model_dir):
+    int8 = Translator.from_pretrained(str(model_dir), device="cpu", dtype="int8")
+    assert int8.prepared.dtype == "int8" and int8.model.dtype == torch.float32
+    outputs = int8.translate(sentences(8, seed=3))
+    assert len(outputs) == 8 and all(isinstance(o, str) for o in outputs)

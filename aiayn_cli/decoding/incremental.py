@@ -1,58 +1,151 @@
 """The model's decoder one target position at a time, for `aiayn_cli.decoding.search`'s searches.
 
-`IncrementalDecoder` runs the model's own modules one target position at a time. The encoder runs
-once per batch; the encoder-decoder attention keys and values are computed once per sentence and
-shared by its beams (the beams of a sentence are the queries of one attention call); the
-self-attention keys and values live in preallocated tensors, written in place and reordered with
-one `index_select` per step for all layers; the rows of finished sentences are dropped, so that the
-batch shrinks as sentences finish. The projections are those of `PreparedWeights`: prepacked for
-oneDNN on CPUs (`Projection`).
+The maths is the model's: `IncrementalDecoder` calls the model's own `Encoder` and `Decoder`
+modules (attention, the sub-layer connections, the feed-forward networks, masks, positions), as
+fairseq's `SequenceGenerator` calls `model.forward_decoder(..., incremental_state)`. What this
+module adds is only how the work is laid out:
+
+* `PreparedModel`: a copy of the model's modules, sharing its parameters, where the leaves that
+  run many times a step are plain functions computing the same thing: every linear map prepacked
+  for oneDNN on CPUs (`Projection`; or int8 weights, `dtype="int8"`), LayerNorm without the module
+  call, dropout as the identity (eval mode).
+* `DecodingState`: the cache the model's attention reads and writes. The encoder runs once per
+  batch; the encoder-decoder keys and values are computed once per sentence and shared by its beams
+  (the beams of a sentence are the queries of one attention call); the self-attention keys and
+  values live in preallocated tensors, written in place and reordered with one `index_select` per
+  step for all layers; the rows of finished sentences are dropped, so that the batch shrinks as
+  sentences finish.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
+import warnings
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ..model.modeling_aiayn import AiaynForConditionalGeneration, sinusoidal_positional_encoding
+from ..model.modeling_aiayn import AiaynForConditionalGeneration, PositionwiseFeedForward
+
+# Every field of `AiaynConfig` that the fast decoder handles (through the model's own modules, which
+# read them). A field added to the config must be added here once the decoder is known to handle it
+# and the equivalence tests cover it (tests/test_decoding.py checks both).
+SUPPORTED_CONFIG_FIELDS = frozenset(
+    {
+        "vocab_size",
+        "d_model",
+        "d_ff",
+        "num_heads",
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "dropout",
+        "attention_dropout",
+        "activation_dropout",
+        "activation_function",
+        "max_position_embeddings",
+        "layer_norm_eps",
+        "scale_embedding",
+        "tie_word_embeddings",
+        "pre_norm",
+        "positional_encoding",
+        "init_std",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "use_cache",
+        "is_encoder_decoder",
+        "custom_pipelines",
+    }
+)
+
+PROJECTION_DTYPES = ("float", "int8")
+
+
+# ---------------------------------------------------------------------------------------------
+# The linear maps: prepacked for oneDNN, or int8
+# ---------------------------------------------------------------------------------------------
 
 
 class Projection:
-    """x W^T + b (optionally followed by ReLU) for a fixed weight W.
+    """x W^T + b for a fixed weight W: an `nn.Linear`'s function, prepacked for oneDNN's GEMM.
 
-    On CPUs the weight is prepacked once for oneDNN's GEMM (`torch.ops.mkldnn._linear_pointwise`,
-    the kernel `torch.compile` uses for frozen CPU linears), which runs 2-3x faster than the BLAS
-    call of `F.linear` on CPUs where MKL does not use AVX-512 (AMD). Elsewhere, or where oneDNN is
-    unavailable, it is `F.linear`.
+    The weight is packed once (`torch.ops.mkldnn._linear_pointwise`, the kernel `torch.compile` uses
+    for frozen CPU linears), which runs 2-3x faster than the BLAS call of `F.linear` on CPUs where
+    MKL does not use AVX-512 (AMD). Where the weight cannot be packed (not on a CPU, no oneDNN, a
+    dtype without a kernel) it is `F.linear`.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False):
-        self.weight, self.bias, self.relu = weight, bias, relu
+    def __init__(self, linear: nn.Linear, relu: bool = False):
+        self.relu = relu  # max(0, x W^T + b), fused into the GEMM where it is packed
+        self.weight = linear.weight.detach()
+        self.bias = linear.bias.detach() if linear.bias is not None else None
         self.packed = None
-        if weight.device.type == "cpu" and _onednn_available():
+        if self.weight.device.type == "cpu" and _onednn_available():
             try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype (fp16 on most CPUs)
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
-                self(weight.new_zeros(1, weight.size(1)))
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 64)
+                self(self.weight.new_zeros(1, self.weight.size(1)))
             except (RuntimeError, AttributeError):
                 self.packed = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(
-                x, self.packed, self.bias, "relu" if self.relu else "none", [], ""
-            )
-        y = F.linear(x, self.weight, self.bias)
-        return F.relu(y) if self.relu else y
+        if self.packed is None:
+            y = F.linear(x, self.weight, self.bias)
+            return F.relu(y) if self.relu else y
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none", [], "")
 
 
-class _Norm:
-    """A LayerNorm's function, without the module call around it (the decoder calls it 3N times a step)."""
+class LayerNorm:
+    """An `nn.LayerNorm`'s function on its parameters, without the module call around it."""
 
-    def __init__(self, norm: torch.nn.LayerNorm):
+    def __init__(self, norm: nn.LayerNorm):
         self.shape, self.weight, self.bias, self.eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+        return torch.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    """Dropout in eval mode."""
+    return x
+
+
+def _replace_leaves(modules: nn.Module, int8: bool) -> None:
+    """Swap the leaf modules the decoder calls many times a step for plain functions that compute the
+    same thing: `nn.Linear` -> `Projection` (unless int8), `nn.LayerNorm` -> `LayerNorm`, `nn.Dropout`
+    -> the identity (eval mode); the ReLU of a feed-forward network joins its first projection. The
+    modules around them (attention, sub-layer connections, the feed-forward networks, the stacks)
+    stay the model's."""
+    for parent in list(modules.modules()):
+        relu = isinstance(parent, PositionwiseFeedForward) and parent.activation is F.relu and not int8
+        if relu:
+            parent.activation = _identity  # ... applied by w_1
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear and not int8:
+                function = Projection(child, relu=relu and name == "w_1")
+            elif type(child) is nn.LayerNorm:
+                function = LayerNorm(child)
+            elif type(child) is nn.Dropout:
+                function = _identity
+            else:
+                continue
+            del parent._modules[name]
+            setattr(parent, name, function)  # a plain attribute: no module call, no __getattr__
+    for module in modules.modules():  # the modules left are called straight, without hooks
+        module.__class__ = _direct_call(type(module))
+
+
+_DIRECT: dict[type, type] = {}
+
+
+def _direct_call(cls: type) -> type:
+    """`cls` with `__call__` = `forward`: the copy has no hooks, so `nn.Module.__call__`'s checks are
+    skipped (a decoding step calls some 7 modules per layer)."""
+    if cls not in _DIRECT:
+        _DIRECT[cls] = type(cls.__name__, (cls,), {"__call__": cls.forward})
+    return _DIRECT[cls]
 
 
 def _onednn_available() -> bool:
@@ -63,97 +156,132 @@ def _onednn_available() -> bool:
     )
 
 
-class PreparedWeights:
-    """The model's projections in the form the fast path uses (every encoder and decoder layer's, and
-    the pre-softmax projection), prepared from the weights as they are now: a `Translator` prepares
-    them once; `decode()` without them prepares them for that call. Prepare again after the weights
-    change (an optimizer step, `load_state_dict`): nothing here can see such in-place changes."""
+def _int8_linears(module: nn.Module) -> None:
+    """Every `nn.Linear` in `module` becomes int8 weights (one scale per output row) with float
+    activations, quantized per call (PyTorch's dynamic quantization, fbgemm/oneDNN kernels)."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    def __init__(self, model: AiaynForConditionalGeneration):
-        relu = model.config.activation_function == "relu"
-
-        def feed_forward(ffn) -> dict:
-            return {
-                "w_1": Projection(ffn.w_1.weight, ffn.w_1.bias, relu=relu),
-                "w_2": Projection(ffn.w_2.weight, ffn.w_2.bias),
-                "activation": None if relu else ffn.activation,
-            }
-
-        self.encoder_layers = []
-        for layer in model.model.encoder.layers:
-            sa = layer.self_attn
-            self.encoder_layers.append(
-                {
-                    "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
-                    "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
-                    **feed_forward(layer.feed_forward),
-                    "norms": (_Norm(layer.self_attn_sublayer.norm), _Norm(layer.feed_forward_sublayer.norm)),
-                }
-            )
-        self.decoder_layers = []
-        for layer in model.model.decoder.layers:
-            sa, ca = layer.self_attn, layer.cross_attn
-            self.decoder_layers.append(
-                {
-                    "qkv": Projection(sa.qkv_proj.weight, sa.qkv_proj.bias),
-                    "self_out": Projection(sa.out_proj.weight, sa.out_proj.bias),
-                    "q": Projection(ca.q_proj.weight, ca.q_proj.bias),
-                    "kv": Projection(ca.kv_proj.weight, ca.kv_proj.bias),
-                    "cross_out": Projection(ca.out_proj.weight, ca.out_proj.bias),
-                    **feed_forward(layer.feed_forward),
-                    "norms": (
-                        _Norm(layer.self_attn_sublayer.norm),
-                        _Norm(layer.cross_attn_sublayer.norm),
-                        _Norm(layer.feed_forward_sublayer.norm),
-                    ),
-                }
-            )
-        self.lm_head = Projection(model.lm_head.weight)
+    if torch.backends.quantized.engine == "none":
+        raise RuntimeError("this PyTorch build has no quantized CPU kernels")
+    with warnings.catch_warnings():  # PyTorch announces the end of its quantized tensors: nothing a user can act on
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
+        quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
 
 
-def _feed_forward(layer: dict, x: torch.Tensor) -> torch.Tensor:
-    """3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (the ReLU fused into the first projection)."""
-    y = layer["w_1"](x)
-    if layer["activation"] is not None:
-        y = layer["activation"](y)
-    return layer["w_2"](y)
+class PreparedModel:
+    """The model's encoder, decoder and pre-softmax projection, with their linear maps prepared for
+    the fast path (`dtype="float"`: `Projection`; `"int8"`: int8 weights, CPU only).
+
+    The modules are copies that share every parameter with the model, but a linear map's prepared
+    form is made from the weights as they are now: a `Translator` prepares once; `decode()` without a
+    prepared model prepares for that call. Prepare again after the weights change (an optimizer step,
+    `load_state_dict`): nothing here can see such in-place changes.
+    """
+
+    def __init__(self, model: AiaynForConditionalGeneration, dtype: str = "float"):
+        if dtype not in PROJECTION_DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(PROJECTION_DTYPES)}, got {dtype!r}")
+        self.config, self.dtype = model.config, dtype
+        shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+        modules = nn.ModuleDict(
+            {"encoder": model.model.encoder, "decoder": model.model.decoder, "lm_head": model.lm_head}
+        )
+        modules = copy.deepcopy(modules, memo=shared).eval()  # new modules, the model's parameters
+        if dtype == "int8":
+            if model.lm_head.weight.device.type != "cpu":
+                raise ValueError("int8 decoding runs on CPUs only")
+            _int8_linears(modules)
+        _replace_leaves(modules, int8=dtype == "int8")
+        self.encoder, self.decoder, self.lm_head = modules.encoder, modules.decoder, modules.lm_head
 
 
 def encode(
     model: AiaynForConditionalGeneration,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    weights: PreparedWeights,
+    prepared: PreparedModel | None = None,
 ) -> torch.Tensor:
-    """The encoder's output `(B, S, d_model)`: `model.model.encoder` computed with the prepared projections."""
-    encoder, config = model.model.encoder, model.config
-    batch, length = input_ids.shape
-    h, d_k, d_model, pre_norm = config.num_heads, config.d_k, config.d_model, config.pre_norm
-    x = encoder.embed_positions(encoder.embed_tokens(input_ids)).view(batch * length, d_model)  # 3.4, 3.5
-    mask = None
-    if attention_mask is not None and not bool(attention_mask.all()):
-        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
-    for layer in weights.encoder_layers:
-        self_norm, ffn_norm = layer["norms"]
-        qkv = layer["qkv"](self_norm(x) if pre_norm else x).view(batch, length, 3, h, d_k).permute(2, 0, 3, 1, 4)
-        heads = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)  # (B, h, S, d_k)
-        y = layer["self_out"](heads.transpose(1, 2).reshape(batch * length, d_model))
-        x = x + y if pre_norm else self_norm(x + y)
-        y = _feed_forward(layer, ffn_norm(x) if pre_norm else x)
-        x = x + y if pre_norm else ffn_norm(x + y)
-    if encoder.final_norm is not None:
-        x = encoder.final_norm(x)
-    return x.view(batch, length, d_model)
+    """The encoder's output `(B, S, d_model)`: the model's `Encoder`, with the prepared projections."""
+    prepared = prepared if prepared is not None else PreparedModel(model)
+    return prepared.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache the model's attention reads and writes
+# ---------------------------------------------------------------------------------------------
+
+
+class _SelfAttentionBuffers:
+    """`DecodingState.self_attention_cache`: the new keys and values are written in place."""
+
+    def __init__(self, state: DecodingState):
+        self.state = state
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`key`, `value` `(N, h, T, d_k)` at the current positions -> all keys and values so far."""
+        cache, start = self.state.cache, self.state.position
+        end = start + key.size(2)
+        cache[:, layer_idx, 0, :, start:end] = key
+        cache[:, layer_idx, 1, :, start:end] = value
+        return cache[:, layer_idx, 0, :, :end], cache[:, layer_idx, 1, :, :end]  # (N, h, t + 1, d_k)
+
+
+class _CrossAttentionLayer:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        self.keys, self.values = keys, values
+
+
+class _CrossAttentionCache:
+    """`DecodingState.cross_attention_cache`: each layer's encoder-decoder keys and values, one row per sentence."""
+
+    def __init__(self):
+        self.layers: dict[int, _CrossAttentionLayer] = {}
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.layers[layer_idx] = _CrossAttentionLayer(key, value)
+        return key, value
+
+    def select(self, sentences: torch.Tensor) -> None:
+        for layer in self.layers.values():
+            layer.keys, layer.values = layer.keys.index_select(0, sentences), layer.values.index_select(0, sentences)
+
+
+class DecodingState:
+    """The incremental state of the model's decoder, in the shape of `EncoderDecoderCache` (the members
+    `MultiHeadAttention` uses), with the self-attention keys and values of all layers in one
+    preallocated tensor `(rows, layers, 2, h, capacity, d_k)`."""
+
+    def __init__(self, config, max_rows: int, capacity: int, dtype: torch.dtype, device: torch.device):
+        shape = (max_rows, config.num_decoder_layers, 2, config.num_heads, capacity, config.d_k)
+        self._buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(2)]
+        self._current = 0
+        self.cache = self._buffers[0]
+        self.position = 0
+        self.self_attention_cache = _SelfAttentionBuffers(self)
+        self.cross_attention_cache = _CrossAttentionCache()
+        self.is_updated: dict[int, bool] = {}
+
+    def get_seq_length(self) -> int:
+        return self.position
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep `rows` of the self-attention cache: one `index_select` into the other buffer, for all layers."""
+        n, filled = rows.numel(), self.position
+        target = self._buffers[1 - self._current][:n]
+        torch.index_select(self.cache[..., :filled, :], 0, rows, out=target[..., :filled, :])
+        self.cache, self._current = target, 1 - self._current
+
+
+# ---------------------------------------------------------------------------------------------
+# The decoder the searches drive
+# ---------------------------------------------------------------------------------------------
 
 
 class IncrementalDecoder:
     """The model's decoder, one target position per `step`, with in-place key/value caches.
 
     Rows are grouped by sentence, `rows_per_sentence` consecutive rows each (1 at first, the beam
-    size after the first `select`). The self-attention keys and values of all layers are slices
-    of one preallocated tensor `(rows, layers, 2, h, capacity, d_k)`; `select` copies the filled
-    positions of the kept rows into a second such tensor (one `index_select` for all layers), and
-    the two swap roles.
+    size after the first `select`).
     """
 
     def __init__(
@@ -163,7 +291,7 @@ class IncrementalDecoder:
         attention_mask: torch.Tensor | None,
         capacity: int,
         max_rows: int,
-        weights: PreparedWeights | None = None,
+        prepared: PreparedModel | None = None,
     ):
         """
         Args:
@@ -171,80 +299,49 @@ class IncrementalDecoder:
             input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch.
             capacity: the most target positions that will be fed (maximum output length + 1).
             max_rows: the most rows there will be (sentences times beams).
-            weights: the model's prepared projections (default: prepared now).
+            prepared: the model's prepared modules (default: prepared now).
         """
-        config = model.config
-        self.weights = weights if weights is not None else PreparedWeights(model)
-        self.final_norm = model.model.decoder.final_norm
-        self.pre_norm = config.pre_norm
-        self.h, self.d_k, self.d_model = config.num_heads, config.d_k, config.d_model
-        decoder = model.model.decoder
-        embed = decoder.embed_tokens
-        self.embed_weight, self.embed_scale = embed.weight, embed.scale
-        dtype, device = embed.weight.dtype, embed.weight.device
-        positions = torch.arange(capacity, device=device)
-        if decoder.embed_positions.learned is not None:
-            self.positions = decoder.embed_positions.learned(positions)
-        else:
-            self.positions = sinusoidal_positional_encoding(positions, self.d_model).to(dtype)  # (capacity, d_model)
-
-        # The encoder runs once; each layer's encoder-decoder keys and values are computed once per sentence.
-        memory = encode(model, input_ids, attention_mask, self.weights)  # (B, S, d_model)
-        batch, source_length, _ = memory.shape
-        self.memory_mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            self.memory_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
-        self.cross_kv = []
-        for layer in self.weights.decoder_layers:
-            kv = layer["kv"](memory.view(-1, self.d_model)).view(batch, source_length, 2, self.h, self.d_k)
-            self.cross_kv.append(kv.permute(2, 0, 3, 1, 4))  # (2, B, h, S, d_k)
-
-        shape = (max_rows, len(decoder.layers), 2, self.h, capacity, self.d_k)
-        self._buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(2)]
-        self._current = 0
-        self.cache = self._buffers[0][:batch]  # (N, layers, 2, h, capacity, d_k)
-        self.batch, self.rows_per_sentence, self.position = batch, 1, 0
+        self.prepared = prepared if prepared is not None else PreparedModel(model)
+        weight = model.lm_head.weight
+        self.memory = encode(model, input_ids, attention_mask, self.prepared)  # (B, S, d_model), once
+        self.source_mask = attention_mask if attention_mask is not None and not bool(attention_mask.all()) else None
+        self.state = DecodingState(model.config, max_rows, capacity, weight.dtype, weight.device)
+        positions = self.prepared.decoder.embed_positions
+        if positions.table is None or positions.table.size(0) < capacity:  # computed once, not at every step
+            positions.table = positions.encoding(capacity, device=weight.device).to(weight.dtype)
+        self.state.cache = self.state.cache[: input_ids.size(0)]
+        self.batch, self.rows_per_sentence = input_ids.size(0), 1
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> None:
-        n, filled = rows.numel(), self.position
-        target = self._buffers[1 - self._current][:n]
-        torch.index_select(self.cache[..., :filled, :], 0, rows, out=target[..., :filled, :])
-        self.cache, self._current = target, 1 - self._current
+        self.state.select_rows(rows)
         if sentences.numel() != self.batch:  # sentences finished, or rows became sentences of their own
-            self.cross_kv = [kv.index_select(1, sentences) for kv in self.cross_kv]
-            if self.memory_mask is not None:
-                self.memory_mask = self.memory_mask.index_select(0, sentences)
+            self.state.cross_attention_cache.select(sentences)
+            if self.memory is not None:  # before the first step: the keys are not computed yet
+                self.memory = self.memory.index_select(0, sentences)
+            if self.source_mask is not None:
+                self.source_mask = self.source_mask.index_select(0, sentences)
             self.batch = sentences.numel()
-        self.rows_per_sentence = n // self.batch
+        self.rows_per_sentence = rows.numel() // self.batch
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        t, n, batch, beams = self.position, tokens.numel(), self.batch, self.rows_per_sentence
-        h, d_k, d_model, pre_norm = self.h, self.d_k, self.d_model, self.pre_norm
-        # 3.4 and 3.5: the scaled embedding plus the encoding of position t.
-        x = F.embedding(tokens, self.embed_weight) * self.embed_scale + self.positions[t]  # (N, d_model)
-        for i, layer in enumerate(self.weights.decoder_layers):
-            self_norm, cross_norm, ffn_norm = layer["norms"]
-            # Masked self-attention over positions 0..t; the new key and value are written in place.
-            qkv = layer["qkv"](self_norm(x) if pre_norm else x).view(n, 3, h, d_k)
-            self.cache[:, i, :, :, t] = qkv[:, 1:]
-            keys, values = self.cache[:, i, 0, :, : t + 1], self.cache[:, i, 1, :, : t + 1]  # (N, h, t+1, d_k)
-            heads = F.scaled_dot_product_attention(qkv[:, 0, :, None], keys, values)  # (N, h, 1, d_k)
-            y = layer["self_out"](heads.view(n, d_model))
-            x = x + y if pre_norm else self_norm(x + y)
-            # Encoder-decoder attention: the beams of a sentence are the queries of one attention call.
-            query = layer["q"](cross_norm(x) if pre_norm else x).view(batch, beams, h, d_k).transpose(1, 2)
-            keys, values = self.cross_kv[i]  # (B, h, S, d_k) each
-            heads = F.scaled_dot_product_attention(
-                query, keys, values, attn_mask=self.memory_mask
-            )  # (B, h, beams, d_k)
-            y = layer["cross_out"](heads.transpose(1, 2).reshape(n, d_model))
-            x = x + y if pre_norm else cross_norm(x + y)
-            y = _feed_forward(layer, ffn_norm(x) if pre_norm else x)
-            x = x + y if pre_norm else ffn_norm(x + y)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        self.position += 1
-        return self.weights.lm_head(x)  # (N, V)
+        """`tokens` `(N,)` at the current position -> next-token logits `(N, V)`: the model's `Decoder`."""
+        out = self.prepared.decoder(
+            tokens[:, None],
+            self.memory,
+            encoder_attention_mask=self.source_mask,
+            past_key_values=self.state,
+        )["last_hidden_state"]  # (N, 1, d_model)
+        self.memory = None  # the encoder-decoder keys and values are in the state from now on
+        self.state.position += 1
+        return self.prepared.lm_head(out[:, 0])  # (N, V)
 
 
-__all__ = ["IncrementalDecoder", "PreparedWeights", "Projection", "encode"]
+__all__ = [
+    "DecodingState",
+    "IncrementalDecoder",
+    "LayerNorm",
+    "PreparedModel",
+    "Projection",
+    "SUPPORTED_CONFIG_FIELDS",
+    "encode",
+]

@@ -5,8 +5,9 @@ maximum output length during inference to input length + 50, but terminate early
 
 Two parts:
 
-* `IncrementalDecoder` (`aiayn_cli/decoding/incremental.py`) runs the model's own modules one target
-  position at a time, with in-place key/value caches, dropping the rows of finished sentences.
+* `IncrementalDecoder` (`aiayn_cli/decoding/incremental.py`) calls the model's own `Encoder` and
+  `Decoder` one target position at a time, with in-place key/value caches, dropping the rows of
+  finished sentences.
 * `beam_search` and `sample_search` drive any object with the `step` / `select` interface of
   `IncrementalDecoder` (the tests also drive them with a scripted distribution).
 
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from .incremental import IncrementalDecoder, PreparedWeights
+from .incremental import IncrementalDecoder, PreparedModel
 
 LENGTH_PENALTY_STYLES = ("gnmt", "hf")
 
@@ -347,14 +348,14 @@ def decode(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
     options: DecodingOptions,
-    weights: PreparedWeights | None = None,
+    prepared: PreparedModel | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate one padded batch: each sentence's hypotheses, best first (`options.nbest` of them).
 
     Args:
         input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch, on the model's device.
-        weights: `PreparedWeights(model)`, to reuse across calls while the weights do not change
-            (default: prepared for this call).
+        prepared: `PreparedModel(model)` (or its int8 form), to reuse across calls while the weights
+            do not change (default: prepared for this call, in float).
     """
     options.validate()
     config = model.config
@@ -366,7 +367,7 @@ def decode(
     searching = options.num_beams > 1 and not options.do_sample
     rows = input_ids.size(0) * (options.num_beams if searching else options.nbest if options.do_sample else 1)
     decoder = IncrementalDecoder(
-        model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows, weights=weights
+        model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows, prepared=prepared
     )
     search = beam_search if searching else sample_search
     return search(decoder, max_lens, options, config.decoder_start_token_id, config.eos_token_id, input_ids.device)

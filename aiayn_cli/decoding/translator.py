@@ -34,12 +34,13 @@ from ..errors import AiaynError, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from ..precision import inference_dtype
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
-from .incremental import PreparedWeights
+from .incremental import PreparedModel
 from .search import DecodingOptions, Hypothesis, decode
 
 logger = logging.getLogger(__name__)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
+INT8 = "int8"  # CPUs: int8 weights for the linear maps, float32 for the rest and the activations
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DECODING_OPTIONS = {f.name for f in fields(DecodingOptions)}
 
@@ -103,6 +104,12 @@ class Translator:
             )
         check_tokenizer(model, tokenizer)
         self.device = device if isinstance(device, torch.device) else pick_device(device)
+        if dtype == INT8 and self.device.type != "cpu":
+            raise AiaynError(
+                f"int8: int8 decoding runs on CPUs only, not on {self.device.type} (use {{device}} cpu)",
+                key="dtype",
+                mentions=("device",),
+            )
         self.model = model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
         self.tokenizer = tokenizer
         config = model.config
@@ -117,7 +124,10 @@ class Translator:
         longest = max((len(token) for token in tokenizer.get_vocab()), default=1)
         self.max_source_chars = max(limit * (longest + 1), 100_000)  # shorter lines: their exact token count
         self.pad_id, self.eos_id = config.pad_token_id, tokenizer.eos_token_id
-        self.weights = PreparedWeights(self.model)  # the fast path's projections, prepared once
+        try:  # the fast path's projections, prepared once
+            self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
+        except RuntimeError as err:
+            raise AiaynError(f"int8: {err}", key="dtype") from None
 
     @classmethod
     def from_pretrained(
@@ -300,7 +310,7 @@ class Translator:
         for row, tokens in enumerate(sources):
             input_ids[row, : len(tokens)] = torch.tensor(tokens)
             attention_mask[row, : len(tokens)] = 1
-        return decode(self.model, input_ids.to(self.device), attention_mask.to(self.device), options, self.weights)
+        return decode(self.model, input_ids.to(self.device), attention_mask.to(self.device), options, self.prepared)
 
     def detokenize(self, tokens: list[int]) -> str:
         """The text of a hypothesis, on one line (line breaks that a vocabulary may hold become spaces)."""

@@ -67,7 +67,8 @@ class AiaynConfig(PreTrainedConfig):
         "num_attention_heads": "num_heads",
         "encoder_attention_heads": "num_heads",
         "decoder_attention_heads": "num_heads",
-        "num_hidden_layers": "num_encoder_layers",
+        # the decoder's: generate() sizes its key/value cache by it
+        "num_hidden_layers": "num_decoder_layers",
         "encoder_layers": "num_encoder_layers",
         "decoder_layers": "num_decoder_layers",
         "intermediate_size": "d_ff",

@@ -119,7 +119,11 @@ class MultiHeadAttention(nn.Module):
             hidden_states (`(B, T, d_model)`): the queries (and, in self-attention, keys and values).
             key_value_states (`(B, S, d_model)`, *optional*): the encoder output, for encoder-decoder attention.
             mask (`BoolTensor` broadcastable to `(B, h, T, T_k)`, *optional*): True = may attend.
-            cache (`EncoderDecoderCache`, *optional*): keys and values of earlier decoding steps.
+            cache (`EncoderDecoderCache`, *optional*): keys and values of earlier decoding steps; or any
+                object with its members `self_attention_cache.update`, `cross_attention_cache.layers` and
+                `.update`, `is_updated` (the preallocated `DecodingState` of `aiayn_cli.decoding.incremental`).
+                Where the cache holds encoder-decoder keys for fewer rows than there are queries (G sentences,
+                B = G * k rows), each sentence's keys serve its k consecutive rows (its beams), in one call.
         """
         batch, length, d_model = hidden_states.shape
         if self.self_attention:
@@ -136,8 +140,15 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                     cache.is_updated[self.layer_idx] = True
+        groups = key.size(0)
+        if groups != batch:  # (B, h, T, d_k) -> (G, h, k * T, d_k): the k rows of a sentence query its keys together
+            query = query.reshape(groups, batch // groups, self.num_heads, length, self.d_k).transpose(1, 2)
+            query = query.reshape(groups, self.num_heads, -1, self.d_k)
         dropout = self.dropout if self.training else 0.0
         heads, weights = scaled_dot_product_attention(query, key, value, mask, dropout, need_weights)
+        if groups != batch:  # (G, h, k * T, d_k) -> (B, h, T, d_k)
+            heads = heads.view(groups, self.num_heads, batch // groups, length, self.d_k).transpose(1, 2)
+            heads = heads.reshape(batch, self.num_heads, length, self.d_k)
         concat = heads.transpose(1, 2).reshape(batch, length, d_model)  # Concat(head_1, ..., head_h)
         return self.out_proj(concat), weights
 
@@ -225,19 +236,24 @@ class PositionalEncoding(nn.Module):
             else None
         )
         self.dropout = nn.Dropout(config.dropout)
+        self.table: torch.Tensor | None = None  # `encoding(n)`, kept by a decoder that calls once per position
 
-    def forward(self, embeddings: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """`embeddings` `(B, T, d_model)` hold positions offset .. offset + T - 1."""
-        length = embeddings.size(1)
+    def encoding(self, length: int, offset: int = 0, device: torch.device | None = None) -> torch.Tensor:
+        """The encodings `(T, d_model)` of positions offset .. offset + T - 1."""
         if offset + length > self.max_positions and self.learned is not None:
             raise ValueError(
                 f"sequence of {offset + length} positions is longer than max_position_embeddings={self.max_positions}"
             )
-        positions = torch.arange(offset, offset + length, device=embeddings.device)
+        if self.table is not None and offset + length <= self.table.size(0):
+            return self.table[offset : offset + length]
+        positions = torch.arange(offset, offset + length, device=device)
         if self.learned is not None:
-            encoding = self.learned(positions)
-        else:
-            encoding = sinusoidal_positional_encoding(positions, self.d_model)
+            return self.learned(positions)
+        return sinusoidal_positional_encoding(positions, self.d_model)
+
+    def forward(self, embeddings: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """`embeddings` `(B, T, d_model)` hold positions offset .. offset + T - 1."""
+        encoding = self.encoding(embeddings.size(1), offset, embeddings.device)
         return self.dropout(embeddings + encoding.to(embeddings.dtype))
 
 

@@ -159,7 +159,7 @@ def translate(
             "--dtype",
             rich_help_panel=BATCHING,
             help="auto (bf16 where the device computes it natively: AVX512-BF16, AMX, Ampere+; else fp32), "
-            "fp32, bf16 or fp16.",
+            "fp32, bf16, fp16, or int8 (CPUs: int8 weights for the linear maps, float activations).",
         ),
     ] = "auto",
     threads: Annotated[
