@@ -99,10 +99,12 @@ def current_umask() -> int:
 
 
 @contextlib.contextmanager
-def staging_dir(final: str | os.PathLike, name: str | None = None) -> Iterator[Path]:
+def staging_dir(final: str | os.PathLike, name: str | None = None, *, keep_existing: bool = False) -> Iterator[Path]:
     """A new folder beside `final` to fill; on success it replaces `final` (`replace_dir`), on any
     error it is removed. `name`: the temporary folder's name (default `.<final>.<random>.tmp`); a
-    folder of that name that exists is used as it is (the caller started filling it)."""
+    folder of that name that exists is used as it is (the caller started filling it).
+    `keep_existing`: where `final` appeared meanwhile (another process finished the same work
+    first), keep it and drop this one."""
     final = Path(final)
     tmp = final.with_name(name) if name else _temporary_name(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -111,11 +113,42 @@ def staging_dir(final: str | os.PathLike, name: str | None = None) -> Iterator[P
     try:
         yield tmp
         fsync_tree(tmp)
-        replace_dir(tmp, final)
+        if keep_existing and final.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            replace_dir(tmp, final)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         _name_the_target(err, tmp, final)
         raise
+
+
+@contextlib.contextmanager
+def staging_files(folder: str | os.PathLike) -> Iterator[Path]:
+    """A new folder to fill with files that go into `folder` (created if missing; the files already
+    in it stay): on success each file is renamed into place, each complete or absent; on any error
+    nothing is moved and the staging folder is removed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary_name(folder / "files")
+    os.mkdir(tmp)
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        for path in sorted(tmp.iterdir()):
+            os.replace(path, folder / path.name)
+        fsync_dir(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_dir(path: str | os.PathLike) -> None:
+    """Delete a folder, renaming it first: a crash never leaves a half-deleted folder under its name."""
+    path = Path(path)
+    old = path.with_name(path.name + ".old")
+    _remove(old)
+    os.replace(path, old)
+    _remove(old)
 
 
 def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:

@@ -64,7 +64,7 @@ def ct2_best(folder, translator: Translator, inputs: list[str], beam: int) -> li
 def test_ctranslate2_gives_aiayn_translate_hf(tmp_path, overrides):
     model_dir = saved_model(tmp_path / "model", **overrides)
     export_ctranslate2(model_dir, tmp_path / "ct2")
-    translator = Translator.from_pretrained(str(model_dir), device="cpu")
+    translator = Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")
     inputs = sentences(60)
     hf = dict(length_penalty_style="hf", max_len_a=0.0, max_len_b=MAX_LEN)
     # Greedy search: every token is the argmax of the same probabilities; the scores agree too where
@@ -94,7 +94,7 @@ def test_the_position_table_is_the_models_own(tmp_path):
     from aiayn_cli.serving.ctranslate2 import transformer_spec_of
 
     model_dir = saved_model(tmp_path / "model")
-    translator = Translator.from_pretrained(str(model_dir), device="cpu")
+    translator = Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")
     spec = transformer_spec_of(translator.model, translator.tokenizer)
     table = spec.encoder.position_encodings.encodings
     d_model = translator.model.config.d_model
@@ -112,7 +112,7 @@ def test_int8_export_translates_and_the_folder_is_complete(tmp_path):
     assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "README.md"} <= names
     readme = (tmp_path / "int8" / "README.md").read_text()
     assert "ctranslate2.Translator" in readme and "length-penalty-style hf" in readme
-    translator = Translator.from_pretrained(str(model_dir), device="cpu")
+    translator = Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")
     ours = [text for text, _, _ in ct2_best(tmp_path / "int8", translator, sentences(20), beam=4)]
     assert len(ours) == 20 and any(ours)
 

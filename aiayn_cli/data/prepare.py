@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import pyarrow as pa
 import xxhash
 
 from ..errors import AiaynError
-from ..files import atomic_open
+from ..files import atomic_open, staging_dir
 from .batching import tokenize_split
 from .corpus import (
     CleaningReport,
@@ -100,12 +99,10 @@ def prepare_split(
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise AiaynError(f"cannot create the data cache {cache_dir}: {err.strerror}") from None
-    staging = cache_dir / f".{folder.name}.{uuid.uuid4().hex[:12]}.tmp"
     try:
-        staging.mkdir()
-        _build(spec, split, fingerprint, tokenizer, max_length, num_proc, staging, show_progress)
-        if not (folder / MANIFEST).is_file():  # else another process finished first: keep its folder
-            os.replace(staging, folder)
+        # Another process that finishes the same work first keeps its folder (`keep_existing`).
+        with staging_dir(folder, f".{folder.name}.{uuid.uuid4().hex[:12]}.tmp", keep_existing=True) as staging:
+            _build(spec, split, fingerprint, tokenizer, max_length, num_proc, staging, show_progress)
     except OSError as err:
         if (folder / MANIFEST).is_file():  # the same race, lost at the rename
             return _open(folder, from_cache=True)
@@ -115,8 +112,6 @@ def prepare_split(
                 "(free some space, or set data.cache_dir to another disk)"
             ) from None
         raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return _open(folder, from_cache=False)
 
 

@@ -131,7 +131,7 @@ class Translator:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = "auto", revision: str | None = None
+        cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = None, revision: str | None = None
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`)."""

@@ -12,12 +12,11 @@ folder beside the output and moved in at the end: a mistake leaves nothing half-
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AiaynError
+from ..files import staging_files
 from .alignment import align, format_alignment
 from .explorer import explorer_html
 from .extract import KINDS, Explanation, explain
@@ -157,12 +156,9 @@ def _alignments(explanations: list[Explanation], layer: int | None) -> str:
 
 
 def _write(explanations: list[Explanation], request: AttentionRequest, texts: dict[str, str]) -> list[Path]:
-    output = Path(request.output)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output if output.is_dir() else output.parent))
-    except OSError as err:
-        raise AiaynError(f"-o {output}: cannot write there ({err.strerror})") from None
-    try:
+    """Every file is made in a staging folder first and moved into the output folder at the end
+    (`files.staging_files`): a failure leaves the output folder as it was."""
+    with staging_files(request.output) as tmp:
         for name, text in texts.items():
             (tmp / name).write_text(text, encoding="utf-8")
         if "json" in request.formats:
@@ -172,34 +168,15 @@ def _write(explanations: list[Explanation], request: AttentionRequest, texts: di
             notes = []
             if request.words or request.hide_eos:  # eq. (1) is per token: the explorer keeps them all
                 notes.append("It shows subword tokens and </s>: --words and --hide-eos apply to png and text.")
-            html = explorer_html(explanations, notes)
-            (tmp / "explorer.html").write_text(html, encoding="utf-8")
+            (tmp / "explorer.html").write_text(explorer_html(explanations, notes), encoding="utf-8")
         if "png" in request.formats:
             for number, ex in enumerate(explanations, 1):
                 for kind in request.kinds:
                     v = view(ex, kind, **_narrowing(request))
                     title = f"{v.title}: sentence {number}, '{_short(ex.source)}'"
                     heatmap_grid(v, title, tmp / f"sentence{number}_{kind}.png")
-        return _move_in(tmp, output)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _move_in(tmp: Path, output: Path) -> list[Path]:
-    names = sorted(p.name for p in tmp.iterdir())
-    if not output.exists():
-        os.chmod(tmp, 0o777 & ~_umask())
-        os.replace(tmp, output)
-    else:
-        for name in names:
-            os.replace(tmp / name, output / name)
-    return [output / name for name in names]
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        names = sorted(p.name for p in tmp.iterdir())
+    return [Path(request.output) / name for name in names]
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -4,7 +4,6 @@ a small padded batch of real sentences and the tokenizer that reads them."""
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,10 @@ def prepare_output_dir(output_dir: str | Path) -> Path:
     path = Path(output_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".aiayn-paper-", dir=path)
-        os.close(handle)
-        os.unlink(probe)
     except OSError as err:
         raise AiaynError(f"-o {path}: cannot write there ({err.strerror or err})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise AiaynError(f"-o {path}: cannot write there (permission denied)")
     return path
 
 

@@ -20,14 +20,12 @@ the paper's GNMT penalty ((5 + |Y|) / 6)^alpha: its translations match
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from ..errors import AiaynError
+from ..files import staging_dir
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, sinusoidal_positional_encoding
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16")
@@ -51,19 +49,11 @@ def export_ctranslate2(model_dir: str | Path, output_dir: str | Path, quantizati
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staging_dir(output_dir) as staging:
         spec.save(str(staging))
         tokenizer.save_pretrained(staging)
         model.generation_config.save_pretrained(staging)
         (staging / "README.md").write_text(readme(model, quantization), encoding="utf-8")
-        if output_dir.exists():
-            output_dir.rmdir()
-        os.replace(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return output_dir
 
 

@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..errors import AiaynError
-from ..files import atomic_write, staging_dir
+from ..files import atomic_write, remove_dir, staging_dir
 from .training_state import check_no_pickles, load_training_state, save_training_state
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
@@ -152,9 +152,7 @@ def rotate_checkpoints(output_dir: Path, keep_last: int, keep: Path | None = Non
         if keep is None or p.resolve() != Path(keep).resolve()
     ]
     for path in doomed:
-        old = path.with_name(path.name + ".old")  # a rename first: never a half-deleted "complete" folder
-        os.replace(path, old)
-        shutil.rmtree(old, ignore_errors=True)
+        remove_dir(path)  # a rename first: never a half-deleted "complete" folder
     return doomed
 
 

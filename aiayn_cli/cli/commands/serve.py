@@ -25,7 +25,12 @@ def serve(
     device: Annotated[
         str, typer.Option("--device", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.")
     ] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", help="As aiayn translate --dtype.")] = "fp32",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype", help="As aiayn translate --dtype (auto: bf16 where the CPU or GPU computes it natively)."
+        ),
+    ] = "auto",
     threads: Annotated[
         int | None,
         typer.Option("--threads", min=1, help="CPU threads (default: PyTorch's, one per core).", show_default=False),
