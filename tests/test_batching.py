@@ -138,7 +138,7 @@ def test_uneven_batch_counts_are_evened_by_splitting():
     assert max(len(batch) for batch in capped) == 2 and len(capped) == 5
     with pytest.raises(AiaynError, match="cannot feed 8 processes"):
         TokenBatchSampler(src, tgt, max_tokens=20, num_replicas=8, rank=0)
-    with pytest.raises(AiaynError, match="--max-tokens 5 is less than the longest sentence"):
+    with pytest.raises(AiaynError, match="max_tokens 5 is less than the longest sentence"):
         TokenBatchSampler(src, tgt, max_tokens=5)
 
 

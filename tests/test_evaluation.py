@@ -261,8 +261,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
     write(tmp_path / "refs.txt", REFS)
     (tmp_path / "empty.de").write_bytes(b"")
     return {
-        "missing file": (["-i", tmp_path / "nope.de", "-r", ref], ["nope.de", "no such file"]),
-        "missing reference": (["-i", hyp, "-r", tmp_path / "gone.de"], ["gone.de", "no such file"]),
+        "missing file": (["-i", tmp_path / "nope.de", "-r", ref], ["nope.de", "file not found"]),
+        "missing reference": (["-i", hyp, "-r", tmp_path / "gone.de"], ["gone.de", "file not found"]),
         "folder": (["-i", tmp_path, "-r", ref], [str(tmp_path), "folder"]),
         "line counts": (["-i", hyp, "-r", short], ["hyp.de", "8", "short.de", "5"]),
         "invalid utf-8": (["-i", hyp, "-r", bad], ["bad.de:3", "UTF-8", "0xff"]),

@@ -125,7 +125,7 @@ def test_export_mistakes_are_one_line(tmp_path):
     (tmp_path / "busy" / "file").write_text("x")
     with pytest.raises(AiaynError, match="not an empty folder"):
         export_ctranslate2(model_dir, tmp_path / "busy")
-    with pytest.raises(AiaynError, match="--quantization int4: choose one of float32, int8"):
+    with pytest.raises(AiaynError, match="quantization int4: choose one of float32, int8"):
         export_ctranslate2(model_dir, tmp_path / "out", quantization="int4")
     result = run_cli("export", model_dir, "--to", "onnx", "-o", tmp_path / "out")
     assert result.returncode == 2 and result.stderr.strip() == "error: --to onnx: choose one of ctranslate2"

@@ -127,9 +127,9 @@ def test_words_merge_subwords_and_hide_eos(explained):
 
 def test_layer_and_head_out_of_range_are_refused(explained):
     ex = explained["reference"][0]
-    with pytest.raises(AiaynError, match="--layer 3: the model's decoder has layers 1 to 2"):
+    with pytest.raises(AiaynError, match="layer 3: the model's decoder has layers 1 to 2"):
         view(ex, "cross", layer=3)
-    with pytest.raises(AiaynError, match="--head 0"):
+    with pytest.raises(AiaynError, match="head 0"):
         view(ex, "encoder", head=0)
 
 

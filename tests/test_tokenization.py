@@ -119,13 +119,13 @@ def test_a_data_spec_is_streamed_in_chunks_and_sampled_by_pairs(tmp_path, monkey
 def test_bad_options_and_existing_output(tmp_path):
     write_text_split(tmp_path / "data", "train", make_pairs(20))
     spec = DataSpec(data_dir=tmp_path / "data", source_lang="en", target_lang="de")
-    with pytest.raises(AiaynError, match="--vocab-size must be at least"):
+    with pytest.raises(AiaynError, match="vocab_size must be at least"):
         train_tokenizer(spec, vocab_size=100)
-    with pytest.raises(AiaynError, match="--model must be one of bpe, unigram"):
+    with pytest.raises(AiaynError, match="model must be one of bpe, unigram"):
         train_tokenizer(spec, model="wordpiece")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    with pytest.raises(AiaynError, match="exists and is not empty; pass --overwrite"):
+    with pytest.raises(AiaynError, match="exists and is not empty; pass overwrite"):
         train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "out", show_progress=False)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
     train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "out", overwrite=True, show_progress=False)

@@ -57,7 +57,7 @@ def compare(model, tokenizer, source: str, target: str) -> Comparison:
         logits = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits[0]  # (T, V)
     probabilities = logits.float().softmax(-1).gather(1, labels[0][:, None])[:, 0]
     options = translator.decoding_options(num_beams=1)
-    best = decode(model, input_ids, torch.ones_like(input_ids), options, translator.weights)[0][0]
+    best = decode(model, input_ids, torch.ones_like(input_ids), options, translator.prepared)[0][0]
     return Comparison(
         decoder_input=decoder_input_ids[0].tolist(),
         labels=labels[0].tolist(),

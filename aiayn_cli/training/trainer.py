@@ -218,6 +218,7 @@ def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None)
     project = ProjectConfiguration(project_dir=recipe.output_dir, logging_dir=str(Path(recipe.output_dir) / "logs"))
     choice = choice or run_precision(recipe)
     precision = {"mixed_precision": choice.precision} if choice is not None else {}
+    _forget_an_earlier_precision(choice)
     try:
         accelerator = Accelerator(
             log_with=list(recipe.trackers) or None,
@@ -228,6 +229,17 @@ def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None)
     except ValueError as err:  # e.g. fp16 where the device has none
         raise AiaynError(f"accelerate: {first_line(err)}") from None
     return accelerator
+
+
+def _forget_an_earlier_precision(choice: PrecisionChoice | None) -> None:
+    """accelerate keeps one precision per process: an earlier run in this process (a notebook, a
+    test session, the quickstart) that chose another one would make `Accelerator()` refuse."""
+    from accelerate.state import AcceleratorState
+
+    if choice is None or not AcceleratorState._shared_state:  # nothing chosen yet in this process
+        return
+    if str(AcceleratorState().mixed_precision) != choice.precision:
+        AcceleratorState._reset_state()
 
 
 def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
