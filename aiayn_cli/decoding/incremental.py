@@ -175,7 +175,7 @@ class PreparedModel:
     The modules are copies that share every parameter with the model, but a linear map's prepared
     form is made from the weights as they are now: a `Translator` prepares once; `decode()` without a
     prepared model prepares for that call. Prepare again after the weights change (an optimizer step,
-    `load_state_dict`): nothing here can see such in-place changes.
+    `load_state_dict`): the packed and int8 forms do not follow in-place changes.
     """
 
     def __init__(self, model: AiaynForConditionalGeneration, dtype: str = "float"):

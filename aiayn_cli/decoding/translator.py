@@ -127,6 +127,8 @@ class Translator:
         try:  # the fast path's projections, prepared once
             self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
         except RuntimeError as err:
+            if dtype != INT8:
+                raise
             raise AiaynError(f"int8: {err}", key="dtype") from None
 
     @classmethod
