@@ -157,8 +157,9 @@ def table(rows: list[dict]) -> str:
             f"| {row['pairs'] / 1e6:g}M | {row['corpus_mb']:,.0f} MB "
             f"| {tok['seconds']:.0f} s ({tok['cpu_seconds']:.0f} CPU-s), {tok['peak_mb']:,.0f} MB "
             f"| {prep['seconds']:.0f} s ({prep['cpu_seconds']:.0f} CPU-s), {prep['peak_mb']:,.0f} MB "
-            f"| {again['seconds']:.1f} s, {again['peak_mb']:,.0f} MB "
-            f"| {first['first_step_seconds']:.1f} s, {first['peak_mb']:,.0f} MB "
+            f"| {again['seconds']:.1f} s ({again['cpu_seconds']:.1f} CPU-s), {again['peak_mb']:,.0f} MB "
+            f"| {first['first_step_seconds']:.1f} s ({first['cpu_seconds']:.1f} CPU-s for the command), "
+            f"{first['peak_mb']:,.0f} MB "
             f"| {row['cache_mb']:,.0f} MB |"
         )
     return "\n".join(lines)
@@ -171,7 +172,11 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/aiayn-bench-scale"))
     parser.add_argument("--json", type=Path, help="Also write the measurements here.")
     parser.add_argument("--keep", action="store_true", help="Keep the generated corpora and caches.")
+    parser.add_argument("--table", type=Path, help="Only print the table of measurements saved with --json.")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
     print(machine(), flush=True)
     rows: list[dict] = []
 
