@@ -7,10 +7,11 @@ copy marked with a token of its own, ` @k`, so that no two lines of different co
 then each command runs as a subprocess of its own, watched every 0.1 s:
 
 - `aiayn train-tokenizer` on the whole corpus (vocabulary 8,000);
-- `aiayn prepare` (read, clean, tokenize with the default `num_proc`, batch index written), then the
-  same command again (it opens the cache);
-- `aiayn train --max-steps 1` from the prepared cache (tiny model, no validation): the time to the
-  first training step is when its first record reaches metrics.jsonl, from the command's start.
+- `aiayn prepare` (read, clean, tokenize with the default `num_proc`), then the same command again
+  (it opens the cache);
+- `aiayn train --max-steps 1` from the prepared cache (tiny model, no validation; the batches are cut
+  here): the time to the first training step is when its first record reaches metrics.jsonl, from
+  the command's start.
 
 Reported: wall seconds, CPU seconds (user + system of the whole process tree) and peak memory: the
 RSS summed over the process tree (pages shared between processes, and memory-mapped Arrow pages,
