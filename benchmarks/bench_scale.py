@@ -7,10 +7,11 @@ copy marked with a token of its own, ` @k`, so that no two lines of different co
 then each command runs as a subprocess of its own, watched every 0.1 s:
 
 - `aiayn train-tokenizer` on the whole corpus (vocabulary 8,000);
-- `aiayn prepare` (read, clean, tokenize with the default `num_proc`, batch index written), then the
-  same command again (it opens the cache);
-- `aiayn train --max-steps 1` from the prepared cache (tiny model, no validation): the time to the
-  first training step is when its first record reaches metrics.jsonl, from the command's start.
+- `aiayn prepare` (read, clean, tokenize with the default `num_proc`), then the same command again
+  (it opens the cache);
+- `aiayn train --max-steps 1` from the prepared cache (tiny model, no validation; the batches are cut
+  here): the time to the first training step is when its first record reaches metrics.jsonl, from
+  the command's start.
 
 Reported: wall seconds, CPU seconds (user + system of the whole process tree) and peak memory: the
 RSS summed over the process tree (pages shared between processes, and memory-mapped Arrow pages,
@@ -157,8 +158,9 @@ def table(rows: list[dict]) -> str:
             f"| {row['pairs'] / 1e6:g}M | {row['corpus_mb']:,.0f} MB "
             f"| {tok['seconds']:.0f} s ({tok['cpu_seconds']:.0f} CPU-s), {tok['peak_mb']:,.0f} MB "
             f"| {prep['seconds']:.0f} s ({prep['cpu_seconds']:.0f} CPU-s), {prep['peak_mb']:,.0f} MB "
-            f"| {again['seconds']:.1f} s, {again['peak_mb']:,.0f} MB "
-            f"| {first['first_step_seconds']:.1f} s, {first['peak_mb']:,.0f} MB "
+            f"| {again['seconds']:.1f} s ({again['cpu_seconds']:.1f} CPU-s), {again['peak_mb']:,.0f} MB "
+            f"| {first['first_step_seconds']:.1f} s ({first['cpu_seconds']:.1f} CPU-s for the command), "
+            f"{first['peak_mb']:,.0f} MB "
             f"| {row['cache_mb']:,.0f} MB |"
         )
     return "\n".join(lines)
@@ -171,7 +173,11 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/aiayn-bench-scale"))
     parser.add_argument("--json", type=Path, help="Also write the measurements here.")
     parser.add_argument("--keep", action="store_true", help="Keep the generated corpora and caches.")
+    parser.add_argument("--table", type=Path, help="Only print the table of measurements saved with --json.")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
     print(machine(), flush=True)
     rows: list[dict] = []
 
