@@ -124,7 +124,7 @@ def test_train_prints_and_records_its_precision(tmp_path):
         "--set",
         "best_metric=loss",
     )
-    result = run_cli(*train_args({**task}, tmp_path / "auto", *fixed), env=env)
+    result = run_cli(*train_args(task, tmp_path / "auto", *fixed, "--mixed-precision", "auto"), env=env)
     assert result.returncode == 0, result.stderr
     native, why = precision.native_bf16("cpu")
     line = f"precision: {'bf16' if native else 'fp32'} (auto: {why})"

@@ -83,7 +83,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def translator(model_dir) -> Translator:
-    return Translator.from_pretrained(str(model_dir), device="cpu")
+    return Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")  # exact: batch-independent
 
 
 def run_main(monkeypatch, capsysbinary, *args: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
