@@ -28,3 +28,16 @@ def test_recipes_are_package_data():
     patterns = config["package-data"]["aiayn_cli.recipes"]
     shipped = {p.name for pattern in patterns for p in (REPO_ROOT / "recipes").glob(pattern)}
     assert {"multi30k_en_de.yaml", "tiny.yaml", "quickstart.yaml"} <= shipped
+
+
+def test_the_public_names_the_readme_uses_import():
+    import aiayn_cli
+    import aiayn_cli.decoding
+    import aiayn_cli.evaluation
+    from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration, Translator, metric_path, score
+
+    assert AiaynForConditionalGeneration.config_class is AiaynConfig
+    assert Translator is aiayn_cli.decoding.Translator and callable(aiayn_cli.decoding.decode)
+    assert score is aiayn_cli.evaluation.score and metric_path("sacrebleu").endswith("aiayn_sacrebleu")
+    with pytest.raises(AttributeError):
+        aiayn_cli.NoSuchName  # noqa: B018
