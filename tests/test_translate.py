@@ -287,7 +287,9 @@ def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
     inputs = sentences(30, seed=4) + ["", "  "]
     source.write_text("\n".join(inputs) + "\n", encoding="utf-8")
     target = tmp_path / "out.txt"
-    code, out, err = run_main(monkeypatch, capsysbinary, "translate", "-m", model_dir, "-i", source, "-o", target)
+    code, out, err = run_main(
+        monkeypatch, capsysbinary, "translate", "-m", model_dir, "--dtype", "fp32", "-i", source, "-o", target
+    )
     assert code == 0, err
     assert out == b"" and "translating" in err  # the progress bar, on stderr
     written = target.read_text(encoding="utf-8").split("\n")
