@@ -245,10 +245,14 @@ def _forget_an_earlier_precision(choice: PrecisionChoice | None) -> None:
 def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
     """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's."""
     from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
 
     if recipe.mixed_precision is None:
         return None
-    return choose_precision(recipe.mixed_precision, PartialState().device)
+    # As `Accelerator()` would: ACCELERATE_USE_CPU=1 (processes on CPUs) must reach the first
+    # PartialState, which every later one shares, or each process thinks it runs alone.
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    return choose_precision(recipe.mixed_precision, state.device)
 
 
 def load_tokenizer(path: str):
