@@ -20,10 +20,10 @@ quickstart: install            ## generate a corpus, train, average, translate, 
 	$(BIN)/aiayn quickstart --overwrite
 
 test: install lint             ## lint, then the default test tier (about 3 minutes on 2 cores)
-	$(BIN)/python -m pytest
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
 test-slow: install             ## the slow tier: training in subprocesses, two processes, learning targets
-	$(BIN)/python -m pytest -m slow
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m slow
 
 lint: install
 	$(BIN)/ruff format --check .

@@ -163,6 +163,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(translator
     assert rounds < 64
 
 
+@pytest.mark.slow  # 120 generated requests: about 30 s
 def test_fuzzing_the_api_against_its_own_schema_gives_no_server_error(server):
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings
