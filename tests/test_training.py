@@ -86,6 +86,7 @@ def max_difference(a: dict, b: dict) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
+@pytest.mark.slow  # learns to a BLEU target: the slow tier
 def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
