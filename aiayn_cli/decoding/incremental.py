@@ -219,11 +219,11 @@ class _SelfAttentionBuffers:
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """`key`, `value` `(N, h, T, d_k)` at the current positions -> all keys and values so far."""
-        cache, start = self.state.cache, self.state.position
-        end = start + key.size(2)
-        cache[:, layer_idx, 0, :, start:end] = key
-        cache[:, layer_idx, 1, :, start:end] = value
-        return cache[:, layer_idx, 0, :, :end], cache[:, layer_idx, 1, :, :end]  # (N, h, t + 1, d_k)
+        keys, values = self.state.layers[layer_idx]  # (N, h, capacity, d_k) each
+        start, length = self.state.position, key.size(2)
+        keys.narrow(2, start, length).copy_(key)
+        values.narrow(2, start, length).copy_(value)
+        return keys.narrow(2, 0, start + length), values.narrow(2, 0, start + length)  # (N, h, t + 1, d_k)
 
 
 class _CrossAttentionLayer:
@@ -260,6 +260,16 @@ class DecodingState:
         self.self_attention_cache = _SelfAttentionBuffers(self)
         self.cross_attention_cache = _CrossAttentionCache()
         self.is_updated: dict[int, bool] = {}
+
+    @property
+    def cache(self) -> torch.Tensor:
+        """The self-attention keys and values `(N, layers, 2, h, capacity, d_k)` of the N current rows."""
+        return self._cache
+
+    @cache.setter
+    def cache(self, cache: torch.Tensor) -> None:
+        self._cache = cache
+        self.layers = [layer.unbind(1) for layer in cache.unbind(1)]  # per layer: (keys, values), views
 
     def get_seq_length(self) -> int:
         return self.position

@@ -101,10 +101,11 @@ class MultiHeadAttention(nn.Module):
             self.kv_proj = nn.Linear(config.d_model, 2 * config.d_model)  # [W^K | W^V]
         self.out_proj = nn.Linear(config.d_model, config.d_model)  # W^O
 
-    def _split_heads(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
-        batch, length, _ = x.shape
-        # (B, T, n * d_model) -> n tensors of shape (B, h, T, d_k)
-        return x.view(batch, length, n, self.num_heads, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)
+    def _split_heads(self, x: torch.Tensor, n: int, groups: int | None = None) -> tuple[torch.Tensor, ...]:
+        # (B, T, n * d_model) -> n tensors of shape (B, h, T, d_k); with G `groups` (B = G * k), of shape
+        # (G, h, k * T, d_k): the k rows of a group as one sequence of queries (a view either way)
+        groups = groups if groups is not None else x.size(0)
+        return x.view(groups, -1, n, self.num_heads, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)
 
     def forward(
         self,
@@ -131,7 +132,6 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
         else:
-            (query,) = self._split_heads(self.q_proj(hidden_states), 1)
             if cache is not None and cache.is_updated.get(self.layer_idx):
                 layer = cache.cross_attention_cache.layers[self.layer_idx]
                 key, value = layer.keys, layer.values
@@ -140,16 +140,12 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                     cache.is_updated[self.layer_idx] = True
-        groups = key.size(0)
-        if groups != batch:  # (B, h, T, d_k) -> (G, h, k * T, d_k): the k rows of a sentence query its keys together
-            query = query.reshape(groups, batch // groups, self.num_heads, length, self.d_k).transpose(1, 2)
-            query = query.reshape(groups, self.num_heads, -1, self.d_k)
+            # G = key.size(0) sentences for B = G * k rows: each sentence's k rows query its keys together
+            (query,) = self._split_heads(self.q_proj(hidden_states), 1, groups=key.size(0))
         dropout = self.dropout if self.training else 0.0
         heads, weights = scaled_dot_product_attention(query, key, value, mask, dropout, need_weights)
-        if groups != batch:  # (G, h, k * T, d_k) -> (B, h, T, d_k)
-            heads = heads.view(groups, self.num_heads, batch // groups, length, self.d_k).transpose(1, 2)
-            heads = heads.reshape(batch, self.num_heads, length, self.d_k)
-        concat = heads.transpose(1, 2).reshape(batch, length, d_model)  # Concat(head_1, ..., head_h)
+        # (B, h, T, d_k) or (G, h, k * T, d_k) -> (B, T, h * d_k): Concat(head_1, ..., head_h)
+        concat = heads.transpose(1, 2).reshape(batch, length, d_model)
         return self.out_proj(concat), weights
 
 

@@ -1,0 +1,150 @@
+"""Beam-4 decoding speed of this checkout against another revision of aiayn, in one run.
+
+    python benchmarks/bench_decode_change.py --baseline 4fb1409^      # against the decoder before that commit
+    python benchmarks/bench_decode_change.py --baseline main --dims base --batch 1 --repeats 9
+
+A change to the model's modules or to the fast decoder can slow `aiayn translate` down by a few
+percent, less than the noise between two runs of `bench_decode.py`. This benchmark makes the
+comparison in one run: it checks the baseline revision out into a temporary git worktree, starts
+one Python process per revision (each imports its own `aiayn_cli`), gives both the same model
+(random float32 weights, the `small` or `base` preset, saved once and loaded by both) and the same
+batch, and alternates them: each repetition times one decode in each process, in turn. Times are
+CPU seconds of the decoding process (`time.process_time`, 1 thread by default), which other jobs
+on the machine disturb far less than wall-clock time. Decoding is `bench_decode.py`'s: beam 4 and
+exactly `--new-tokens` steps per sentence. The ratio is baseline time / current time (above 1:
+the current checkout is faster), of the medians, and in brackets the median of the per-repetition
+ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The worker: one per revision, reading one JSON request per line, answering with CPU seconds.
+WORKER = r"""
+import json, sys, time
+import torch
+from transformers.utils import logging
+from aiayn_cli.model.modeling_aiayn import AiaynForConditionalGeneration
+from aiayn_cli.decoding import incremental, search
+
+torch.set_num_threads(int(sys.argv[2]))
+logging.disable_progress_bar()
+model = AiaynForConditionalGeneration.from_pretrained(sys.argv[1]).eval()
+prepare = getattr(incremental, "PreparedModel", None) or getattr(incremental, "PreparedWeights")
+prepared = prepare(model)
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    ids, mask = torch.tensor(request["ids"]), torch.tensor(request["mask"])
+    steps = request["steps"]
+    options = search.DecodingOptions(
+        num_beams=request["beams"], length_penalty=0.6, max_len_a=0, max_len_b=steps - 1, min_len=steps - 1
+    )
+    with torch.inference_mode():
+        start = time.process_time()
+        hyps = search.decode(model, ids, mask, options, prepared)
+        seconds = time.process_time() - start
+    assert {len(h[0].tokens) + 1 for h in hyps} == {steps}
+    print(json.dumps({"seconds": seconds}), flush=True)
+"""
+
+
+class Worker:
+    def __init__(self, tree: Path, model: Path, threads: int):
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(model), str(threads)],
+            cwd=tree,
+            env={**_environment(), "PYTHONPATH": str(tree)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert json.loads(self.process.stdout.readline())["ready"]
+
+    def time(self, request: dict) -> float:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())["seconds"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def _environment() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", required=True, help="a git revision of this repository")
+    parser.add_argument("--dims", nargs="+", default=["small", "base"], choices=["small", "base"])
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--new-tokens", type=int, default=30)
+    parser.add_argument("--beams", type=int, default=4)
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_decode import DEFAULT_VOCAB, build_aiayn, hardware, make_batch
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    print(hardware())
+    revision = subprocess.run(
+        ["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    print(f"current: {ROOT} (HEAD {head.strip()}, with its uncommitted changes); baseline: {revision}")
+    print(f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), CPU seconds")
+    print("| dims | batch | baseline ms | current ms | baseline / current |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="aiayn-bench-") as tmp:
+        tree = Path(tmp) / "baseline"
+        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), revision], cwd=ROOT, check=True)
+        try:
+            for dims in args.dims:
+                folder = Path(tmp) / dims
+                build_aiayn(dims, DEFAULT_VOCAB[dims]).save_pretrained(folder)
+                workers = {
+                    "baseline": Worker(tree, folder, args.threads),
+                    "current": Worker(ROOT, folder, args.threads),
+                }
+                for batch in args.batch:
+                    ids, mask, _ = make_batch(batch, DEFAULT_VOCAB[dims], 15, 35, 0, eos=2, pad=0, low=4)
+                    request = {
+                        "ids": ids.tolist(),
+                        "mask": mask.tolist(),
+                        "steps": args.new_tokens,
+                        "beams": args.beams,
+                    }
+                    times = {name: [] for name in workers}
+                    for worker in workers.values():  # warm-up
+                        worker.time(request)
+                    for _ in range(args.repeats):
+                        for name, worker in workers.items():
+                            times[name].append(worker.time(request))
+                    base, cur = statistics.median(times["baseline"]), statistics.median(times["current"])
+                    within = statistics.median(b / c for b, c in zip(times["baseline"], times["current"]))
+                    print(
+                        f"| {dims} | {batch} | {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) |"
+                    )
+                for worker in workers.values():
+                    worker.close()
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+if __name__ == "__main__":
+    main()
