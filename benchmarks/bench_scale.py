@@ -1,6 +1,7 @@
 """Data at the paper's sizes: `train-tokenizer`, `prepare` and the first training step, 0.5M-4.5M pairs.
 
     python benchmarks/bench_scale.py --multi30k ../shared/data/multi30k --sizes 500000 1500000 4500000
+    python benchmarks/bench_scale.py --sizes 36000000 --tokenizer-sample 2000000   # WMT14 en-fr's size
 
 For each size, a parallel corpus is written under --workdir (Multi30k's training pairs repeated, each
 copy marked with a token of its own, ` @k`, so that no two lines of different copies are identical),
@@ -124,7 +125,7 @@ def recipe_file(folder: Path) -> Path:
     return path
 
 
-def measure(multi30k: Path, pairs: int, folder: Path, row: dict, save) -> None:
+def measure(multi30k: Path, pairs: int, folder: Path, row: dict, save, tokenizer_sample: int | None = None) -> None:
     """Fill `row` phase by phase, calling `save()` after each (a long run keeps what it measured)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="true")
     aiayn = [sys.executable, "-m", "aiayn_cli"]
@@ -132,8 +133,10 @@ def measure(multi30k: Path, pairs: int, folder: Path, row: dict, save) -> None:
     recipe = recipe_file(folder)
     row.update(pairs=pairs, corpus_mb=sum(f.stat().st_size for f in (folder / "data").iterdir()) / 2**20)
     data = ["--data-dir", str(folder / "data"), "-s", "en", "-t", "de"]
+    sample = ["--sample", str(tokenizer_sample)] if tokenizer_sample and tokenizer_sample < pairs else []
+    row["tokenizer_sample"] = min(tokenizer_sample or pairs, pairs)
     row["train_tokenizer"] = run(
-        aiayn + ["train-tokenizer", *data, "--vocab-size", "8000", "-o", str(folder / "tokenizer")], env
+        aiayn + ["train-tokenizer", *data, "--vocab-size", "8000", *sample, "-o", str(folder / "tokenizer")], env
     )
     save()
     row["prepare"] = run(aiayn + ["prepare", str(recipe), "--no-progress"], env)
@@ -154,9 +157,11 @@ def table(rows: list[dict]) -> str:
     ]
     for row in rows:
         tok, prep, again, first = row["train_tokenizer"], row["prepare"], row["prepare_again"], row["first_step"]
+        sample = row.get("tokenizer_sample", row["pairs"])
+        sampled = f" (a sample of {sample / 1e6:g}M)" if sample < row["pairs"] else ""
         lines.append(
             f"| {row['pairs'] / 1e6:g}M | {row['corpus_mb']:,.0f} MB "
-            f"| {tok['seconds']:.0f} s ({tok['cpu_seconds']:.0f} CPU-s), {tok['peak_mb']:,.0f} MB "
+            f"| {tok['seconds']:.0f} s ({tok['cpu_seconds']:.0f} CPU-s){sampled}, {tok['peak_mb']:,.0f} MB "
             f"| {prep['seconds']:.0f} s ({prep['cpu_seconds']:.0f} CPU-s), {prep['peak_mb']:,.0f} MB "
             f"| {again['seconds']:.1f} s ({again['cpu_seconds']:.1f} CPU-s), {again['peak_mb']:,.0f} MB "
             f"| {first['first_step_seconds']:.1f} s ({first['cpu_seconds']:.1f} CPU-s for the command), "
@@ -171,6 +176,11 @@ def main() -> None:
     parser.add_argument("--multi30k", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
     parser.add_argument("--sizes", type=int, nargs="+", default=[500_000, 1_500_000, 4_500_000])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/aiayn-bench-scale"))
+    parser.add_argument(
+        "--tokenizer-sample",
+        type=int,
+        help="train-tokenizer --sample N: learn the vocabulary from N random pairs (for the largest corpora)",
+    )
     parser.add_argument("--json", type=Path, help="Also write the measurements here.")
     parser.add_argument("--keep", action="store_true", help="Keep the generated corpora and caches.")
     parser.add_argument("--table", type=Path, help="Only print the table of measurements saved with --json.")
@@ -190,7 +200,7 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
         rows.append({})
         try:
-            measure(args.multi30k, pairs, folder, rows[-1], save)
+            measure(args.multi30k, pairs, folder, rows[-1], save, args.tokenizer_sample)
         finally:
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)
