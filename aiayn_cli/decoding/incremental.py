@@ -203,7 +203,16 @@ def encode(
 ) -> torch.Tensor:
     """The encoder's output `(B, S, d_model)`: the model's `Encoder`, with the prepared projections."""
     prepared = prepared if prepared is not None else PreparedModel(model)
+    _keep_positions(prepared.encoder.embed_positions, input_ids.size(1), model.lm_head.weight)
     return prepared.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _keep_positions(positions: nn.Module, length: int, like: torch.Tensor) -> None:
+    """Let the prepared copy's `PositionalEncoding` keep its table for positions 0 .. length - 1 (at least,
+    up to the next power of two), computed once instead of at every call."""
+    if positions.table is None or positions.table.size(0) < length:
+        length = max(length, min(1 << (length - 1).bit_length(), positions.max_positions))
+        positions.table = positions.encoding(length, device=like.device).to(like.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,9 +325,7 @@ class IncrementalDecoder:
         self.memory = encode(model, input_ids, attention_mask, self.prepared)  # (B, S, d_model), once
         self.source_mask = attention_mask if attention_mask is not None and not bool(attention_mask.all()) else None
         self.state = DecodingState(model.config, max_rows, capacity, weight.dtype, weight.device)
-        positions = self.prepared.decoder.embed_positions
-        if positions.table is None or positions.table.size(0) < capacity:  # computed once, not at every step
-            positions.table = positions.encoding(capacity, device=weight.device).to(weight.dtype)
+        _keep_positions(self.prepared.decoder.embed_positions, capacity, weight)  # not at every step
         self.state.cache = self.state.cache[: input_ids.size(0)]
         self.batch, self.rows_per_sentence = input_ids.size(0), 1
 
