@@ -64,12 +64,13 @@ class Worker:
         self.process = subprocess.Popen(
             [sys.executable, "-c", WORKER, str(model), str(threads)],
             cwd=tree,
-            env={**_environment(), "PYTHONPATH": str(tree)},
+            env={**os.environ, "PYTHONPATH": str(tree)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert json.loads(self.process.stdout.readline())["ready"]
+        if not self.process.stdout.readline():
+            sys.exit(f"error: the decoder of {tree} did not start (its error is above)")
 
     def time(self, request: dict) -> float:
         self.process.stdin.write(json.dumps(request) + "\n")
@@ -79,10 +80,6 @@ class Worker:
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait()
-
-
-def _environment() -> dict:
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def main() -> None:
@@ -102,9 +99,10 @@ def main() -> None:
 
     logging.disable_progress_bar()
     print(hardware())
-    revision = subprocess.run(
-        ["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    found = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True, text=True)
+    if found.returncode != 0:
+        sys.exit(f"error: --baseline {args.baseline}: not a revision of this repository")
+    revision = found.stdout.strip()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     print(f"current: {ROOT} (HEAD {head.strip()}, with its uncommitted changes); baseline: {revision}")
     print(f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), CPU seconds")
