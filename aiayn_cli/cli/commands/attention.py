@@ -50,7 +50,7 @@ def attention(
             "--output",
             "-o",
             metavar="FOLDER",
-            help="Write the files here (created if missing); text and align go to standard output without it.",
+            help="Write the files here (created if missing, in a folder that exists); text and align go to standard output without it.",
             show_default=False,
         ),
     ] = None,
