@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.modeling_aiayn import AiaynForConditionalGeneration, PositionwiseFeedForward
+from ..model.modeling_aiayn import AiaynForConditionalGeneration, PositionwiseFeedForward, padding_mask
 
 # Every field of `AiaynConfig` that the fast decoder handles (through the model's own modules, which
 # read them). A field added to the config must be added here once the decoder is known to handle it
@@ -80,10 +80,12 @@ class Projection:
 
     def __init__(self, linear: nn.Linear, relu: bool = False):
         self.relu = relu  # max(0, x W^T + b), fused into the GEMM where it is packed
+        self.activation = "relu" if relu else "none"
         self.weight = linear.weight.detach()
         self.bias = linear.bias.detach() if linear.bias is not None else None
         self.packed = None
         if self.weight.device.type == "cpu" and _onednn_available():
+            self.linear_pointwise = torch.ops.mkldnn._linear_pointwise.default._op  # the kernel, called straight
             try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype (fp16 on most CPUs)
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 64)
                 self(self.weight.new_zeros(1, self.weight.size(1)))
@@ -94,7 +96,7 @@ class Projection:
         if self.packed is None:
             y = F.linear(x, self.weight, self.bias)
             return F.relu(y) if self.relu else y
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none", [], "")
+        return self.linear_pointwise(x, self.packed, self.bias, self.activation, [], "")
 
 
 class LayerNorm:
@@ -135,6 +137,9 @@ def _replace_leaves(modules: nn.Module, int8: bool) -> None:
             setattr(parent, name, function)  # a plain attribute: no module call, no __getattr__
     for module in modules.modules():  # the modules left are called straight, without hooks
         module.__class__ = _direct_call(type(module))
+        # and their submodules and parameters are found as plain attributes, not by `nn.Module.__getattr__`
+        module.__dict__.update(module._modules)
+        module.__dict__.update(module._parameters)
 
 
 _DIRECT: dict[type, type] = {}
@@ -323,7 +328,7 @@ class IncrementalDecoder:
         self.prepared = prepared if prepared is not None else PreparedModel(model)
         weight = model.lm_head.weight
         self.memory = encode(model, input_ids, attention_mask, self.prepared)  # (B, S, d_model), once
-        self.source_mask = attention_mask if attention_mask is not None and not bool(attention_mask.all()) else None
+        self.source_mask = padding_mask(attention_mask)  # (B, 1, 1, S) or None, made once
         self.state = DecodingState(model.config, max_rows, capacity, weight.dtype, weight.device)
         _keep_positions(self.prepared.decoder.embed_positions, capacity, weight)  # not at every step
         self.state.cache = self.state.cache[: input_ids.size(0)]

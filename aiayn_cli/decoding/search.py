@@ -185,59 +185,60 @@ def beam_search(
     batch = len(max_lens)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     alive = list(range(batch))  # the original index of each current sentence
-    max_len_rows = torch.tensor(max_lens, device=device)  # (N,)
     scores = torch.zeros(batch, 1, device=device)  # (B, beams): summed log-probabilities of the live hypotheses
     history = torch.empty(batch, 0, dtype=torch.long, device=device)  # (N, t): the tokens generated so far
     tokens = torch.full((batch,), bos_id, dtype=torch.long, device=device)
+    offsets = {}  # (sentences, beams, vocab) -> every sentence's first candidate id in a flat numbering of all candidates
     t = 0
     while True:
         lprobs = F.log_softmax(decoder.step(tokens).float(), dim=-1)  # (N, V)
+        n_sentences, beams = scores.shape
         vocab = lprobs.size(-1)
         if t < options.min_len:
             lprobs[:, eos_id] = -math.inf
-        _force_eos(lprobs, max_len_rows <= t, eos_id)
-        n_sentences, beams = scores.shape
+        at_max = [max_lens[s] <= t for s in alive]
+        if any(at_max):
+            _force_eos(lprobs, torch.tensor(at_max, device=device).repeat_interleave(beams), eos_id)
         candidates = lprobs.add_(scores.view(-1, 1)).view(n_sentences, beams * vocab)  # in place: lprobs is done
+        # A candidate's id is beam * vocab + token.
         top_scores, top_ids = candidates.topk(min(2 * beam, beams * vocab), dim=1)  # (B, 2 * beam)
-        top_beams, top_tokens = top_ids // vocab, top_ids % vocab
-        ends = top_tokens == eos_id
+        ends = top_ids % vocab == eos_id
 
         # Candidates ending in </s> among the best `beam` are finished.
-        new_finished = ends[:, :beam] & (top_scores[:, :beam] > -math.inf)
-        if bool(new_finished.any()):
+        if bool(ends[:, :beam].any()):
+            new_finished = ends[:, :beam] & (top_scores[:, :beam] > -math.inf)
             lp = length_penalty(t + 1, alpha, style)
             for b, j in new_finished.nonzero().tolist():
                 done = finished[alive[b]]
                 if len(done) < beam:
                     raw = float(top_scores[b, j])
-                    done.append(Hypothesis(history[b * beams + int(top_beams[b, j])].tolist(), raw / lp, raw))
+                    row = b * beams + int(top_ids[b, j]) // vocab
+                    done.append(Hypothesis(history[row].tolist(), raw / lp, raw))
 
-        # The best `beam` candidates that do not end are the next live hypotheses.
-        order = ends.long() * ends.size(1) + torch.arange(ends.size(1), device=device)
-        keep = order.topk(beam, dim=1, largest=False).indices  # (B, beam), in candidate order
-        scores, keep_beams, keep_tokens = (
-            top_scores.gather(1, keep),
-            top_beams.gather(1, keep),
-            top_tokens.gather(1, keep),
-        )
+        # The best `beam` candidates that do not end are the next live hypotheses (a stable sort keeps
+        # candidate order).
+        keep = ends.sort(dim=1, stable=True).indices[:, :beam]  # (B, beam)
+        scores, keep_ids = top_scores.gather(1, keep), top_ids.gather(1, keep)
 
         # A sentence with `beam` finished hypotheses, or at its maximum length, is done.
-        at_max = (max_len_rows.view(n_sentences, beams)[:, 0] <= t).tolist()
         still = [b for b in range(n_sentences) if len(finished[alive[b]]) < beam and not at_max[b]]
         t += 1
         if not still:
             break
         if len(still) < n_sentences:
             sentences = torch.tensor(still, device=device)
-            scores, keep_beams, keep_tokens = scores[sentences], keep_beams[sentences], keep_tokens[sentences]
+            scores, keep_ids = scores[sentences], keep_ids[sentences]
             alive = [alive[b] for b in still]
+            offset = (sentences * (beams * vocab)).unsqueeze(1)
         else:
-            sentences = torch.arange(n_sentences, device=device)
-        rows = (sentences.unsqueeze(1) * beams + keep_beams).view(-1)  # (B' * beam,)
+            if (n_sentences, beams, vocab) not in offsets:
+                sentences = torch.arange(n_sentences, device=device)
+                offsets[n_sentences, beams, vocab] = sentences, (sentences * (beams * vocab)).unsqueeze(1)
+            sentences, offset = offsets[n_sentences, beams, vocab]
+        flat = (keep_ids + offset).view(-1)  # (sentence * beams + beam) * vocab + token
+        rows, tokens = flat // vocab, flat % vocab  # (B' * beam,) each
         decoder.select(rows, sentences)
-        tokens = keep_tokens.view(-1)
         history = torch.cat([history[rows], tokens[:, None]], dim=1)
-        max_len_rows = max_len_rows[rows]
     for hyps in finished:
         hyps.sort(key=lambda hyp: hyp.score, reverse=True)
     return [hyps[: options.nbest] for hyps in finished]

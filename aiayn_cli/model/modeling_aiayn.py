@@ -339,8 +339,11 @@ class DecoderLayer(nn.Module):
 
 
 def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """`(B, S)` 1/0 mask -> `(B, 1, 1, S)` boolean key mask; None when nothing is padded."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """`(B, S)` 1/0 mask -> `(B, 1, 1, S)` boolean key mask; None when nothing is padded. A `(B, 1, 1, S)`
+    mask is already one (a decoder fed one position at a time makes it once)."""
+    if attention_mask is None or attention_mask.dim() == 4:
+        return attention_mask
+    if bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 
@@ -432,7 +435,8 @@ class Decoder(nn.Module):
             input_ids (`LongTensor` of shape `(B, T)`): the target shifted right (or the new tokens, with a cache).
             encoder_hidden_states (`(B, S, d_model)`): the encoder output ("memory").
             attention_mask (`(B, past + T)`, *optional*): 1 for target tokens, 0 for padding.
-            encoder_attention_mask (`(B, S)`, *optional*): 1 for source tokens, 0 for padding.
+            encoder_attention_mask (`(B, S)`, *optional*): 1 for source tokens, 0 for padding (or the boolean
+                `(B, 1, 1, S)` mask `padding_mask` makes of it).
             past_key_values (`EncoderDecoderCache`, *optional*): the cache, updated in place.
         """
         if inputs_embeds is None:
