@@ -13,7 +13,9 @@ CPU seconds of the decoding process (`time.process_time`, 1 thread by default), 
 on the machine disturb far less than wall-clock time. Decoding is `bench_decode.py`'s: beam 4 and
 exactly `--new-tokens` steps per sentence. The ratio is baseline time / current time (above 1:
 the current checkout is faster), of the medians, and in brackets the median of the per-repetition
-ratios.
+ratios. Two processes running the same code can differ by several percent for as long as they live
+(the core and memory they were given), so the comparison is made `--rounds` times with new
+processes; "per round" gives the lowest and highest ratio of the rounds' medians.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def main() -> None:
     parser.add_argument("--dims", nargs="+", default=["small", "base"], choices=["small", "base"])
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=7, help="timed decodes per side, per round")
+    parser.add_argument("--rounds", type=int, default=3, help="pairs of new worker processes")
     parser.add_argument("--new-tokens", type=int, default=30)
     parser.add_argument("--beams", type=int, default=4)
     args = parser.parse_args()
@@ -106,8 +109,8 @@ def main() -> None:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     print(f"current: {ROOT} (HEAD {head.strip()}, with its uncommitted changes); baseline: {revision}")
     print(f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), CPU seconds")
-    print("| dims | batch | baseline ms | current ms | baseline / current |")
-    print("|---|---|---|---|---|")
+    print("| dims | batch | baseline ms | current ms | baseline / current | per round |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="aiayn-bench-") as tmp:
         tree = Path(tmp) / "baseline"
         subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), revision], cwd=ROOT, check=True)
@@ -115,31 +118,43 @@ def main() -> None:
             for dims in args.dims:
                 folder = Path(tmp) / dims
                 build_aiayn(dims, DEFAULT_VOCAB[dims]).save_pretrained(folder)
-                workers = {
-                    "baseline": Worker(tree, folder, args.threads),
-                    "current": Worker(ROOT, folder, args.threads),
-                }
+                requests = {}
                 for batch in args.batch:
                     ids, mask, _ = make_batch(batch, DEFAULT_VOCAB[dims], 15, 35, 0, eos=2, pad=0, low=4)
-                    request = {
+                    requests[batch] = {
                         "ids": ids.tolist(),
                         "mask": mask.tolist(),
                         "steps": args.new_tokens,
                         "beams": args.beams,
                     }
-                    times = {name: [] for name in workers}
-                    for worker in workers.values():  # warm-up
-                        worker.time(request)
-                    for _ in range(args.repeats):
-                        for name, worker in workers.items():
-                            times[name].append(worker.time(request))
-                    base, cur = statistics.median(times["baseline"]), statistics.median(times["current"])
-                    within = statistics.median(b / c for b, c in zip(times["baseline"], times["current"]))
+                times = {batch: {"baseline": [], "current": []} for batch in args.batch}
+                rounds = {batch: [] for batch in args.batch}
+                for round_ in range(args.rounds):
+                    # New processes every round (started in turn first), so that where a process
+                    # happens to run (its core, its memory) is not counted for one side only.
+                    trees = [("baseline", tree), ("current", ROOT)]
+                    workers = dict(trees if round_ % 2 == 0 else trees[::-1])
+                    workers = {name: Worker(path, folder, args.threads) for name, path in workers.items()}
+                    for batch, request in requests.items():
+                        for worker in workers.values():  # warm-up
+                            worker.time(request)
+                        pairs = {name: [] for name in workers}
+                        for _ in range(args.repeats):
+                            for name, worker in workers.items():
+                                pairs[name].append(worker.time(request))
+                        for name in pairs:
+                            times[batch][name] += pairs[name]
+                        rounds[batch].append(statistics.median(pairs["baseline"]) / statistics.median(pairs["current"]))
+                    for worker in workers.values():
+                        worker.close()
+                for batch in args.batch:
+                    base, cur = statistics.median(times[batch]["baseline"]), statistics.median(times[batch]["current"])
+                    within = statistics.median(b / c for b, c in zip(times[batch]["baseline"], times[batch]["current"]))
+                    spread = f"{min(rounds[batch]):.3f}-{max(rounds[batch]):.3f}"
                     print(
-                        f"| {dims} | {batch} | {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) |"
+                        f"| {dims} | {batch} | {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) "
+                        f"| {spread} |"
                     )
-                for worker in workers.values():
-                    worker.close()
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
