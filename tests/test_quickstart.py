@@ -21,7 +21,7 @@ def _check_reported_score(result, output):
 
 def test_quickstart_runs_every_step(tmp_path):
     output = tmp_path / "qs"
-    result = run_quickstart(output, minutes=0.3, train_pairs=2000, test_pairs=50, show_progress=False)
+    result = run_quickstart(output, minutes=0.1, train_pairs=2000, test_pairs=50, show_progress=False)
     assert (result.model_dir / "model.safetensors").is_file()
     assert (result.model_dir / "tokenizer.json").is_file()
     assert (output / "run" / "recipe.yaml").is_file()

@@ -44,6 +44,7 @@ def _recipe(tmp_path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_unknown_key_in_a_subprocess(tmp_path):
     path = _recipe(tmp_path, TINY.read_text() + "warmup: 4000\n")
     result = run_cli("train", path)

@@ -258,6 +258,7 @@ def test_resume_of_a_finished_run_and_with_another_tokenizer(task, tmp_path, uni
     assert result.returncode == 2 and "trained with another tokenizer" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_accelerate_decides_precision_unless_the_recipe_does(tmp_path):
     """`accelerate launch --mixed_precision X` sets ACCELERATE_MIXED_PRECISION; a recipe's null keeps it."""
     script = (
