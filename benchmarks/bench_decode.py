@@ -25,7 +25,8 @@ How the comparison is made fair:
   CTranslate2 with `compute_type="int8"` (its own int8 GEMM, quantized from the same float model).
 * `--threads 1 2` measures every row at each thread count (the header says which kernels the CPU
   gets: `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2` make an
-  AVX-512 CPU run the AVX2 kernels of ATen, oneDNN and MKL).
+  AVX-512 CPU run the AVX2 kernels of ATen, oneDNN and MKL; `CT2_FORCE_CPU_ISA=AVX2` does the same
+  for CTranslate2).
 
 CTranslate2 (`pip install ctranslate2`) converts the saved `MarianMTModel` with
 `TransformersConverter` (float32, no quantization); it is skipped with a message where it is absent.
@@ -292,7 +293,7 @@ def hardware() -> str:
     except OSError:
         pass
     bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    names = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+    names = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")
     isa = [f"{k}={os.environ[k]}" for k in names if k in os.environ]
     return (
         f"CPU: {model}, {os.cpu_count()} logical cores; torch.backends.cpu.get_cpu_capability(): "
