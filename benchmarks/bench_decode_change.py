@@ -95,6 +95,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=30)
     parser.add_argument("--beams", type=int, default=4)
     args = parser.parse_args()
+    for name in ("repeats", "rounds", "threads", "new_tokens", "beams"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_decode import DEFAULT_VOCAB, build_aiayn, hardware, make_batch
@@ -132,9 +135,8 @@ def main() -> None:
                 for round_ in range(args.rounds):
                     # New processes every round (started in turn first), so that where a process
                     # happens to run (its core, its memory) is not counted for one side only.
-                    trees = [("baseline", tree), ("current", ROOT)]
-                    workers = dict(trees if round_ % 2 == 0 else trees[::-1])
-                    workers = {name: Worker(path, folder, args.threads) for name, path in workers.items()}
+                    sides = [("baseline", tree), ("current", ROOT)][:: 1 if round_ % 2 == 0 else -1]
+                    workers = {name: Worker(path, folder, args.threads) for name, path in sides}
                     for batch, request in requests.items():
                         for worker in workers.values():  # warm-up
                             worker.time(request)

@@ -188,7 +188,7 @@ def beam_search(
     scores = torch.zeros(batch, 1, device=device)  # (B, beams): summed log-probabilities of the live hypotheses
     history = torch.empty(batch, 0, dtype=torch.long, device=device)  # (N, t): the tokens generated so far
     tokens = torch.full((batch,), bos_id, dtype=torch.long, device=device)
-    offsets = {}  # (sentences, beams, vocab) -> every sentence's first candidate id in a flat numbering of all candidates
+    offsets = {}  # (sentences, beams) -> every sentence's first candidate id, numbering all candidates in one row
     t = 0
     while True:
         lprobs = F.log_softmax(decoder.step(tokens).float(), dim=-1)  # (N, V)
@@ -231,10 +231,10 @@ def beam_search(
             alive = [alive[b] for b in still]
             offset = (sentences * (beams * vocab)).unsqueeze(1)
         else:
-            if (n_sentences, beams, vocab) not in offsets:
+            if (n_sentences, beams) not in offsets:
                 sentences = torch.arange(n_sentences, device=device)
-                offsets[n_sentences, beams, vocab] = sentences, (sentences * (beams * vocab)).unsqueeze(1)
-            sentences, offset = offsets[n_sentences, beams, vocab]
+                offsets[n_sentences, beams] = sentences, (sentences * (beams * vocab)).unsqueeze(1)
+            sentences, offset = offsets[n_sentences, beams]
         flat = (keep_ids + offset).view(-1)  # (sentence * beams + beam) * vocab + token
         rows, tokens = flat // vocab, flat % vocab  # (B' * beam,) each
         decoder.select(rows, sentences)
