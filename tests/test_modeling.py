@@ -16,7 +16,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.model.modeling_aiayn import sinusoidal_positional_encoding
+from aiayn_cli.model.modeling_aiayn import CACHE_FIELD, sinusoidal_positional_encoding
 
 VOCAB = 72  # differs from every other dimension of the tiny preset
 
@@ -268,10 +268,10 @@ def test_cached_decoding_equals_full_forward():
                 encoder_outputs=encoder_outputs,
                 attention_mask=mask,
                 decoder_input_ids=tgt[:, t : t + 1],
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             )
-            cache = out.past_key_values
+            cache = out[CACHE_FIELD]
             steps.append(out.logits)
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
 

@@ -351,7 +351,7 @@ class IncrementalDecoder:
             tokens[:, None],
             self.memory,
             encoder_attention_mask=self.source_mask,
-            past_key_values=self.state,
+            cache=self.state,
         )["last_hidden_state"]  # (N, 1, d_model)
         self.memory = None  # the encoder-decoder keys and values are in the state from now on
         self.state.position += 1

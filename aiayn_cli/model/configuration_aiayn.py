@@ -61,7 +61,8 @@ class AiaynConfig(PreTrainedConfig):
     """
 
     model_type = "aiayn"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # The KV cache, by its names after and before transformers 5.24.
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",

@@ -425,7 +425,7 @@ class Decoder(nn.Module):
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
@@ -437,18 +437,18 @@ class Decoder(nn.Module):
             attention_mask (`(B, past + T)`, *optional*): 1 for target tokens, 0 for padding.
             encoder_attention_mask (`(B, S)`, *optional*): 1 for source tokens, 0 for padding (or the boolean
                 `(B, 1, 1, S)` mask `padding_mask` makes of it).
-            past_key_values (`EncoderDecoderCache`, *optional*): the cache, updated in place.
+            cache (`EncoderDecoderCache`, *optional*): the keys and values of earlier steps, updated in place.
         """
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         x = self.embed_positions(inputs_embeds, offset=past_length)  # (B, T, d_model)
         self_mask = causal_mask(x.size(1), past_length, attention_mask, x.device)
         memory_mask = padding_mask(encoder_attention_mask)
         hidden_states, self_attentions, cross_attentions = (x,), (), ()
         for layer in self.layers:
             x, self_weights, cross_weights = layer(
-                x, encoder_hidden_states, self_mask, memory_mask, past_key_values, need_weights=output_attentions
+                x, encoder_hidden_states, self_mask, memory_mask, cache, need_weights=output_attentions
             )
             hidden_states = hidden_states + (x,)
             self_attentions, cross_attentions = self_attentions + (self_weights,), cross_attentions + (cross_weights,)
@@ -465,6 +465,16 @@ class Decoder(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # The Hugging Face ladder: AiaynPreTrainedModel -> AiaynModel -> AiaynForConditionalGeneration
 # ---------------------------------------------------------------------------------------------
+
+# transformers 5.24 renamed the KV cache `past_key_values` -> `cache`, in `generate()`'s calls to
+# `forward` and in the output classes; the models take either name and answer with the installed one.
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def _cache_argument(cache: Cache | None, kwargs: dict) -> Cache | None:
+    """The cache passed as `cache`, or as `past_key_values` (transformers before 5.24)."""
+    older = kwargs.pop("past_key_values", None)
+    return cache if cache is not None else older
 
 
 class AiaynPreTrainedModel(PreTrainedModel):
@@ -540,7 +550,7 @@ class AiaynModel(AiaynPreTrainedModel):
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -554,12 +564,14 @@ class AiaynModel(AiaynPreTrainedModel):
             input_ids (`LongTensor` of shape `(B, S)`): source token ids.
             attention_mask (`Tensor` of shape `(B, S)`, *optional*): 1 for source tokens, 0 for padding.
             decoder_input_ids (`LongTensor` of shape `(B, T)`): target ids shifted right
-                (`prepare_decoder_input_ids_from_labels`), or only the new ones with `past_key_values`.
+                (`prepare_decoder_input_ids_from_labels`), or only the new ones with `cache`.
             decoder_attention_mask (`Tensor` of shape `(B, T)`, *optional*): 1 for target tokens, 0 for padding.
             encoder_outputs (`BaseModelOutput`, *optional*): a precomputed encoder output.
-            past_key_values (`EncoderDecoderCache`, *optional*): the KV cache of incremental decoding.
+            cache (`EncoderDecoderCache`, *optional*): the KV cache of incremental decoding (`past_key_values`,
+                the name transformers before 5.24 passes, is taken too).
             use_cache (`bool`, *optional*): create and return a cache when none is given.
         """
+        cache = _cache_argument(cache, kwargs)
         output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
         output_hidden_states = bool(
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
@@ -575,21 +587,21 @@ class AiaynModel(AiaynPreTrainedModel):
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         decoder_outputs = self.decoder(
             decoder_input_ids,
             encoder_outputs.last_hidden_state,
             attention_mask=decoder_attention_mask,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values if use_cache else None,
+            cache=cache if use_cache else None,
             inputs_embeds=decoder_inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
         output = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs["last_hidden_state"],
-            past_key_values=past_key_values if use_cache else None,
+            **{CACHE_FIELD: cache if use_cache else None},
             decoder_hidden_states=decoder_outputs["hidden_states"],
             decoder_attentions=decoder_outputs["attentions"],
             cross_attentions=decoder_outputs["cross_attentions"],
@@ -702,7 +714,7 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
@@ -722,6 +734,7 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         Returns:
             `Seq2SeqLMOutput` with `logits` of shape `(B, T, vocab_size)`.
         """
+        cache = _cache_argument(cache, kwargs)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -732,7 +745,7 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -747,7 +760,7 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
