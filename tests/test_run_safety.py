@@ -11,6 +11,7 @@ import random
 import re
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -153,21 +154,49 @@ def test_a_signal_saves_the_step_and_resuming_is_exact(task, tmp_path, uninterru
     assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
 
 
+def _second_signal_after_the_first_is_taken(process, number: int) -> str:
+    """Send `number` again as soon as the run has said it is finishing its step for the first one;
+    the run's whole stderr once it has ended."""
+    lines, taken = [], threading.Event()
+
+    def read():
+        for line in process.stderr:
+            lines.append(line)
+            if "finishing step" in line:
+                taken.set()
+        taken.set()  # ended: nothing to wait for
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if taken.wait(timeout=300) and process.poll() is None:
+        process.send_signal(number)
+    process.wait(timeout=300)
+    reader.join(timeout=60)
+    return "".join(lines)
+
+
 @pytest.mark.slow
 def test_a_second_signal_stops_at_once(task, tmp_path):
     out = tmp_path / "run"
-    for _attempt in range(5):  # the second signal must come while the first one's step is being finished
+    for _attempt in range(10):  # the second signal must come before the first one's checkpoint is written
         process = _start(task, out, *RESUME_FLAGS)
         assert _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGTERM, 0.2)
-        time.sleep(0.02)  # two signals sent together may be delivered as one
-        process.send_signal(signal.SIGTERM)
-        stderr = process.communicate()[1]
-        if process.returncode == -signal.SIGTERM:
-            break
-        shutil.rmtree(out, ignore_errors=True)
+        stderr = _second_signal_after_the_first_is_taken(process, signal.SIGTERM)
+        finishing = int(re.search(r"SIGTERM: finishing step (\d+), then saving a checkpoint", stderr)[1])
+        if "SIGTERM again" not in stderr:  # too late: the step and its checkpoint were done first
+            assert process.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), stderr
+            assert (out / f"checkpoint-{finishing}").is_dir(), stderr
+            shutil.rmtree(out, ignore_errors=True)
+            continue
+        break
     else:
         pytest.fail("the second SIGTERM never came before the first one's checkpoint was written")
-    assert "SIGTERM again: stopping now, without a checkpoint" in stderr
+    assert process.returncode == -signal.SIGTERM, stderr  # the signal's default action: no exit code of ours
+    assert stderr.rstrip().endswith("SIGTERM again: stopping now, without a checkpoint"), stderr
+    assert "interrupted:" not in stderr and "Traceback" not in stderr
+    checkpoints = [p for p in out.glob("checkpoint-*") if p.suffix == ""]
+    assert checkpoints, "the checkpoints written before the signals are kept"
+    assert all((p / "trainer_state.json").is_file() for p in checkpoints)  # none half-written under its name
 
 
 @pytest.mark.slow
