@@ -458,6 +458,28 @@ def test_cuda_decoding_equals_cpu():
     assert first == decode(gpu_model, ids.cuda(), mask.cuda(), sample)
 
 
+def test_cache_memory_is_reused_across_decodes_and_never_shared():
+    """One `PreparedModel` lends a finished decode's cache memory to the next (larger, smaller, other
+    options): the hypotheses are those of fresh memory; two decoders alive at once get their own."""
+    model = tiny_model()
+    prepared = PreparedModel(model)
+    options = DecodingOptions(num_beams=4, nbest=2, max_len_a=0.5, max_len_b=6)
+    batches = [source_batch(lengths, seed=i) for i, lengths in enumerate([[9, 4, 7], [3], [9, 9, 8, 7, 6, 5, 2]])]
+    fresh = [decode(model, ids, mask, options) for ids, mask in batches]  # new memory every time
+    for (ids, mask), expected in zip(batches + batches[::-1], fresh + fresh[::-1]):
+        assert decode(model, ids, mask, options, prepared) == expected
+    lent = prepared._spare[0][0]
+    assert decode(model, *batches[1], options, prepared) == fresh[1]
+    assert prepared._spare[0][0].data_ptr() == lent.data_ptr()  # the largest memory, kept and reused
+
+    ids, mask = batches[0]
+    first = IncrementalDecoder(model, ids, mask, capacity=12, max_rows=12, prepared=prepared)
+    second = IncrementalDecoder(model, ids, mask, capacity=12, max_rows=12, prepared=prepared)
+    assert {t.data_ptr() for t in first.state.memory}.isdisjoint(t.data_ptr() for t in second.state.memory)
+    first.release()
+    second.release()
+
+
 def test_decoding_follows_weights_changed_in_place():
     """Weights changed where no version counter sees it (`.data`, fused optimizers) are not served
     stale: `decode()` without prepared weights prepares them from the weights as they are."""

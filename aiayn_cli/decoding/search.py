@@ -371,7 +371,10 @@ def decode(
         model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows, prepared=prepared
     )
     search = beam_search if searching else sample_search
-    return search(decoder, max_lens, options, config.decoder_start_token_id, config.eos_token_id, input_ids.device)
+    try:
+        return search(decoder, max_lens, options, config.decoder_start_token_id, config.eos_token_id, input_ids.device)
+    finally:
+        decoder.release()  # its cache memory serves the next batch
 
 
 __all__ = [
