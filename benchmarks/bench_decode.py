@@ -18,7 +18,11 @@ How the comparison is made fair:
   weights would otherwise give arbitrary lengths; this way each system computes T decoder steps
   for B sentences x 4 beams, and throughput is B * T / seconds, encoder included.
 * The same threads: `torch.set_num_threads(n)` for both PyTorch systems and `intra_threads=n`,
-  `inter_threads=1` for CTranslate2.
+  `inter_threads=1` for CTranslate2. n is a budget that aiayn's `decode()` may use less of: a batch
+  whose steps hold few rows decodes on one thread (`ONE_THREAD_MAX_ELEMENTS` in
+  `aiayn_cli/decoding/search.py`), as it does in `aiayn translate`. With `--threads 1 2` a second
+  table gives every system at its fastest measured thread count, so that a peer is not held to a
+  thread count that slows it.
 * Measured in one run, alternating the systems within each repetition; the median of the
   repetitions is reported (other processes on the machine make single timings noisy).
 * `--dtype int8` adds aiayn with int8 weights for the linear maps (`aiayn translate --dtype int8`) and
@@ -312,6 +316,23 @@ def print_table(rows: list[dict]) -> None:
         print(f"| {r['dims']} | {r['batch']} | {r['threads']} | " + " | ".join(cells) + " |")
 
 
+def print_best_table(rows: list[dict]) -> None:
+    """Each system at its fastest of the measured thread counts, per dims and batch (ratios of those
+    medians): the comparison with every peer configured as well as the measured counts allow."""
+    names = [n[: -len("_tok_s")] for n in rows[0] if n.endswith("_tok_s")]
+    ratios = [(a, b) for a, b in RATIOS if a in names and b in names]
+    print("\nEach system at its fastest measured thread count (in brackets):\n")
+    header = " | ".join(f"{n} tok/s" for n in names) + " | " + " | ".join(f"{a}/{b}" for a, b in ratios)
+    print(f"| dims | batch | {header} |")
+    print("|---" * (2 + len(names) + len(ratios)) + "|")
+    for dims, batch in dict.fromkeys((r["dims"], r["batch"]) for r in rows):
+        group = [r for r in rows if (r["dims"], r["batch"]) == (dims, batch)]
+        best = {n: max(group, key=lambda r: r[f"{n}_tok_s"]) for n in names}
+        cells = [f"{best[n][f'{n}_tok_s']:.0f} ({best[n]['threads']})" for n in names]
+        cells += [f"{best[a][f'{a}_tok_s'] / best[b][f'{b}_tok_s']:.2f}x" for a, b in ratios]
+        print(f"| {dims} | {batch} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dims", nargs="+", default=["small", "base"], choices=sorted(PRESETS))
@@ -356,6 +377,8 @@ random float32 weights, the same threads, on {args.device}; systems alternate wi
 a/b = median over repetitions of b's time / a's time within the repetition (> 1: a is faster).
 """)
     print_table(rows)
+    if len(args.threads) > 1:
+        print_best_table(rows)
     reasons = {r["ctranslate2"] for r in rows if "ctranslate2" in r}
     if reasons:
         print(f"\nCTranslate2 not measured: {reasons.pop()}")

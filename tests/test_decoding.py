@@ -480,6 +480,33 @@ def test_cache_memory_is_reused_across_decodes_and_never_shared():
     second.release()
 
 
+def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monkeypatch):
+    """A step of few rows (rows x d_model <= ONE_THREAD_MAX_ELEMENTS) runs on one CPU thread, faster
+    than on several; larger batches use PyTorch's count; the count is restored, errors included."""
+    import aiayn_cli.decoding.search as search_module
+
+    seen = []
+    real = search_module.beam_search
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search_module, "beam_search", recording)
+    model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 32 sentences = 8,192 elements
+    options = DecodingOptions(num_beams=4, max_len_a=0.0, max_len_b=4)
+    torch.set_num_threads(2)
+    assert model.config.d_model * 4 * 32 == search_module.ONE_THREAD_MAX_ELEMENTS
+    for sentences, threads in [(1, 1), (32, 1), (33, 2)]:
+        ids, mask = source_batch([5] * sentences)
+        decode(model, ids, mask, options)
+        assert seen.pop() == threads and torch.get_num_threads() == 2
+    monkeypatch.setattr(search_module, "beam_search", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        decode(model, *source_batch([5]), options)
+    assert torch.get_num_threads() == 2
+
+
 def test_decoding_follows_weights_changed_in_place():
     """Weights changed where no version counter sees it (`.data`, fused optimizers) are not served
     stale: `decode()` without prepared weights prepares them from the weights as they are."""

@@ -30,6 +30,8 @@ Beam search semantics (fairseq's, and Hugging Face's `early_stopping=True`):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Protocol
 
@@ -367,20 +369,48 @@ def decode(
     max_lens = max_output_lengths(lengths, options, output_length_cap(model))
     searching = options.num_beams > 1 and not options.do_sample
     rows = input_ids.size(0) * (options.num_beams if searching else options.nbest if options.do_sample else 1)
-    decoder = IncrementalDecoder(
-        model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows, prepared=prepared
-    )
     search = beam_search if searching else sample_search
+    with cpu_threads_for(rows * config.d_model, input_ids.device):
+        decoder = IncrementalDecoder(
+            model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows, prepared=prepared
+        )
+        try:
+            bos, eos = config.decoder_start_token_id, config.eos_token_id
+            return search(decoder, max_lens, options, bos, eos, input_ids.device)
+        finally:
+            decoder.release()  # its cache memory serves the next batch
+
+
+# A decoding step's matrix products are (rows, d_model) times a weight: below this many elements in
+# the rows, splitting them over CPU threads costs more in synchronisation than it saves. Measured
+# with `benchmarks/bench_decode.py --threads 1 2 --no-hf` on 2-core AMD EPYCs, beam 4: one thread
+# decodes batches of 1 sentence about 2x (small) and 1.3x (base) faster than two, and batches of 8
+# at small dimensions as fast (1.5x faster with AVX2 kernels only); two threads win from 8
+# sentences at base dimensions (rows x d_model = 16,384) on.
+ONE_THREAD_MAX_ELEMENTS = 8192
+
+
+@contextmanager
+def cpu_threads_for(elements: int, device: torch.device) -> Iterator[None]:
+    """Decode on one CPU thread where a step's rows hold at most `ONE_THREAD_MAX_ELEMENTS` values
+    (rows x d_model), on PyTorch's thread count (`torch.set_num_threads`, the most used) elsewhere."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1 or elements > ONE_THREAD_MAX_ELEMENTS:
+        yield
+        return
+    torch.set_num_threads(1)
     try:
-        return search(decoder, max_lens, options, config.decoder_start_token_id, config.eos_token_id, input_ids.device)
+        yield
     finally:
-        decoder.release()  # its cache memory serves the next batch
+        torch.set_num_threads(threads)
 
 
 __all__ = [
+    "ONE_THREAD_MAX_ELEMENTS",
     "DecodingOptions",
     "Hypothesis",
     "beam_search",
+    "cpu_threads_for",
     "decode",
     "length_penalty",
     "max_output_lengths",

@@ -33,7 +33,12 @@ def serve(
     ] = "auto",
     threads: Annotated[
         int | None,
-        typer.Option("--threads", min=1, help="CPU threads (default: PyTorch's, one per core).", show_default=False),
+        typer.Option(
+            "--threads",
+            min=1,
+            help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one.",
+            show_default=False,
+        ),
     ] = None,
     max_body_bytes: Annotated[
         int, typer.Option("--max-body-bytes", min=1, rich_help_panel=LIMITS, help="Largest request body (413 above).")
