@@ -2,6 +2,7 @@
 
     python benchmarks/bench_train.py [--multi30k ../shared/data/multi30k] [--seconds 60] [--rounds 2]
                                      [--threads N] [--precision auto|fp32|bf16] [--preset small]
+                                     [--allocator jemalloc|tcmalloc_minimal|system]
 
 All sides train the same architecture on the same data with the same tokenizer, threads and
 precision, for the same time budget, each in its own process:
@@ -21,7 +22,9 @@ Two measures: non-pad tokens (source + target) trained on per second of the trai
 tokens computed per second (padding included: the padded batch shapes); each also per CPU-second
 of the training process (the steadier number on a shared machine). The sides take turns for
 `--rounds` rounds (the order rotating), so that a change in the machine's load hits all of them.
-The header says which CPU ran it; the table ends with the ratios aiayn / each peer.
+The header says which CPU ran it; the table ends with the ratios aiayn / each peer. Every side runs
+with the same allocator: jemalloc by default, as `aiayn train` does where it is installed
+(`aiayn_cli/allocator.py`), and as PyTorch's CPU performance guide advises for any training.
 """
 
 from __future__ import annotations
@@ -243,6 +246,7 @@ def _side(args, side: str) -> dict:
         command += ["--precision", "bf16" if args.bf16 else "fp32"]
         env = {
             **os.environ,
+            **_allocator_environment(args.allocator),
             "OMP_NUM_THREADS": str(args.threads),
             "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1",
@@ -253,6 +257,19 @@ def _side(args, side: str) -> dict:
         return json.loads(Path(out.name).read_text())
 
 
+def _allocator_environment(allocator: str) -> dict[str, str]:
+    """LD_PRELOAD for every side (`aiayn train` preloads jemalloc itself where it is installed; a peer
+    configured as PyTorch's CPU performance guide advises does too), or glibc's malloc for all."""
+    if allocator == "system":
+        return {"AIAYN_ALLOCATOR": "system", "LD_PRELOAD": ""}
+    import ctypes.util
+
+    library = ctypes.util.find_library(allocator)
+    if not library:
+        raise SystemExit(f"error: --allocator {allocator}: lib{allocator} is not installed")
+    return {"LD_PRELOAD": library}
+
+
 def _table(args, totals: dict) -> None:
     import torch
 
@@ -260,6 +277,7 @@ def _table(args, totals: dict) -> None:
 
     torch.set_num_threads(args.threads)
     print(machine_summary())
+    print(f"allocator of every side: {'glibc malloc' if args.allocator == 'system' else args.allocator}")
     print(
         f"Multi30k en-de, preset {args.preset}, {args.threads} threads, {'bf16' if args.bf16 else 'fp32'}, "
         f"{args.rounds} x {args.seconds:.0f} s per side; aiayn: max_tokens {args.max_tokens}, HF: batch "
@@ -305,6 +323,12 @@ def main() -> None:
         "--precision", choices=("auto", "fp32", "bf16"), default="auto", help="all sides; auto: bf16 where native"
     )
     parser.add_argument("--sides", default="aiayn,grouped,default", help="which sides, comma-separated")
+    parser.add_argument(
+        "--allocator",
+        choices=("jemalloc", "tcmalloc_minimal", "system"),
+        default="jemalloc",
+        help="preloaded for every side (system: glibc's malloc for all)",
+    )
     parser.add_argument("--side", choices=tuple(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -4,6 +4,7 @@ stop the run in one line."""
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import pickle
@@ -152,6 +153,10 @@ def test_a_signal_saves_the_step_and_resuming_is_exact(task, tmp_path, uninterru
     assert result.returncode == 0, result.stderr
     assert f"resuming from {saved} (step {finishing}," in result.stderr
     assert max_difference(weights(out / "checkpoint-60"), uninterrupted) <= 1e-6
+    # `python -m aiayn_cli train` started again, in the same process, with jemalloc where it is installed
+    jemalloc = ctypes.util.find_library("jemalloc")
+    expected = f"allocator: {jemalloc} (preloaded;" if jemalloc else "allocator: glibc malloc"
+    assert expected in result.stderr, result.stderr
 
 
 def _second_signal_after_the_first_is_taken(process, number: int) -> str:

@@ -97,8 +97,18 @@ def _command_name(argv: list[str]) -> str | None:
     return next((arg for arg in argv if arg in group.commands), None)  # type: ignore[attr-defined]
 
 
+def script() -> None:
+    """Entry point of the `aiayn` console script and of `python -m aiayn_cli`: a command that trains
+    starts again once with jemalloc preloaded where it is installed (`aiayn_cli.allocator`), then
+    `main()`."""
+    from ..allocator import restart_with_a_faster_allocator
+
+    restart_with_a_faster_allocator()
+    main()
+
+
 def main() -> None:
-    """Entry point of the `aiayn` console script and of `python -m aiayn_cli`."""
+    """The command line in this process (`script()` without the allocator restart)."""
     try:
         app()
     except Exception as err:

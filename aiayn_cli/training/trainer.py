@@ -36,6 +36,7 @@ import torch
 import xxhash
 from torch.utils.data import DataLoader
 
+from .. import allocator
 from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
 from ..data.corpus import load_split
 from ..data.prepare import prepare_split
@@ -111,6 +112,7 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     if choice.warning:
         _echo(accelerator, choice.warning)
     _echo(accelerator, choice.describe())
+    _echo(accelerator, allocator.describe())
 
     # 2. Model and data.
     torch.manual_seed(recipe.seed)
