@@ -136,6 +136,8 @@ def test_model_card_metadata_parses(run_dir, tmp_path):
         assert section in readme
 
 
+@pytest.mark.slow  # a new Python process; the default tier loads a saved folder without the package in
+# tests/test_modeling.py::test_loads_and_generates_without_the_package
 def test_dry_run_folder_loads_and_translates_without_the_package(run_dir, tmp_path):
     out = tmp_path / "staged"
     assert (
