@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from aiayn_cli.allocator import PRELOADED, describe, preload_environment
+from aiayn_cli.errors import AiaynError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux's")
 
@@ -59,3 +60,18 @@ def test_the_run_says_which_allocator_it_has(monkeypatch, tmp_path):
     assert describe(maps).startswith("allocator: glibc malloc (install jemalloc")
     monkeypatch.setenv("AIAYN_ALLOCATOR", "system")
     assert describe(maps) == "allocator: glibc malloc (AIAYN_ALLOCATOR=system)"
+
+
+def test_an_unknown_choice_is_one_line_and_exit_2(monkeypatch, capsys):
+    with pytest.raises(AiaynError, match="AIAYN_ALLOCATOR=jemallocc: expected auto"):
+        preload_environment(["aiayn", "translate"], {"AIAYN_ALLOCATOR": "jemallocc"}, installed("jemalloc"))
+    from aiayn_cli.cli import script
+
+    monkeypatch.setenv("AIAYN_ALLOCATOR", "jemallocc")
+    monkeypatch.setattr(sys, "argv", ["aiayn", "train", "tiny"])
+    with pytest.raises(SystemExit) as exit_info:
+        script()
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: AIAYN_ALLOCATOR=jemallocc: expected auto (jemalloc where installed) or system"
+    ]

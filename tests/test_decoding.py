@@ -475,7 +475,7 @@ def test_cache_memory_is_reused_across_decodes_and_never_shared():
     ids, mask = batches[0]
     first = IncrementalDecoder(model, ids, mask, capacity=12, max_rows=12, prepared=prepared)
     second = IncrementalDecoder(model, ids, mask, capacity=12, max_rows=12, prepared=prepared)
-    assert {t.data_ptr() for t in first.state.memory}.isdisjoint(t.data_ptr() for t in second.state.memory)
+    assert {t.data_ptr() for t in first.state.storage}.isdisjoint(t.data_ptr() for t in second.state.storage)
     first.release()
     second.release()
 

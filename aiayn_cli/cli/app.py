@@ -99,17 +99,18 @@ def _command_name(argv: list[str]) -> str | None:
 
 def script() -> None:
     """Entry point of the `aiayn` console script and of `python -m aiayn_cli`: a command that trains
-    starts again once with jemalloc preloaded where it is installed (`aiayn_cli.allocator`), then
-    `main()`."""
-    from ..allocator import restart_with_a_faster_allocator
-
-    restart_with_a_faster_allocator()
-    main()
+    starts again once with jemalloc preloaded where it is installed (`aiayn_cli.allocator`)."""
+    main(restart=True)
 
 
-def main() -> None:
-    """The command line in this process (`script()` without the allocator restart)."""
+def main(restart: bool = False) -> None:
+    """The command line in this process (`restart`: first start again with a faster allocator where
+    `aiayn_cli.allocator` says so, as `script()` does)."""
     try:
+        if restart:
+            from ..allocator import restart_with_a_faster_allocator
+
+            restart_with_a_faster_allocator()
         app()
     except Exception as err:
         message, code = error_line(err)

@@ -220,8 +220,8 @@ class PreparedModel:
         return memory
 
     def give_back(self, memory: list[torch.Tensor]) -> None:
-        """Keep a finished decode's cache memory for the next `take_memory` (the largest is held until
-        this object is dropped)."""
+        """Keep a finished decode's cache memory for the next `take_memory`, in place of what was kept
+        (one decode after another: the largest so far, since smaller decodes reuse it)."""
         self._spare[:] = [memory]
 
 
@@ -304,10 +304,10 @@ class DecodingState:
         shape = (max_rows, config.num_decoder_layers, 2, config.num_heads, capacity, config.d_k)
         numel = math.prod(shape)
         if prepared is not None:
-            self.memory = prepared.take_memory(numel, dtype, device)
+            self.storage = prepared.take_memory(numel, dtype, device)
         else:
-            self.memory = [torch.empty(numel, dtype=dtype, device=device) for _ in range(2)]
-        self._buffers = [tensor[:numel].view(shape) for tensor in self.memory]
+            self.storage = [torch.empty(numel, dtype=dtype, device=device) for _ in range(2)]
+        self._buffers = [tensor[:numel].view(shape) for tensor in self.storage]
         self._current = 0
         self.cache = self._buffers[0]
         self.position = 0
@@ -399,7 +399,7 @@ class IncrementalDecoder:
 
     def release(self) -> None:
         """Give the cache's memory back to the prepared model, for the next decoder; this one is done."""
-        self.prepared.give_back(self.state.memory)
+        self.prepared.give_back(self.state.storage)
         self.state = None
 
 

@@ -384,9 +384,9 @@ def decode(
 # A decoding step's matrix products are (rows, d_model) times a weight: below this many elements in
 # the rows, splitting them over CPU threads costs more in synchronisation than it saves. Measured
 # with `benchmarks/bench_decode.py --threads 1 2 --no-hf` on 2-core AMD EPYCs, beam 4: one thread
-# decodes batches of 1 sentence about 2x (small) and 1.3x (base) faster than two, and batches of 8
-# at small dimensions as fast (1.5x faster with AVX2 kernels only); two threads win from 8
-# sentences at base dimensions (rows x d_model = 16,384) on.
+# decodes batches of 1 sentence 1.9x (small) and 1.3x (base) faster than two, and batches of 8 at
+# small dimensions as fast (1.4x faster with AVX2 kernels only, on a busy machine); two threads win
+# from 8 sentences at base dimensions (rows x d_model = 16,384) on.
 ONE_THREAD_MAX_ELEMENTS = 8192
 
 
