@@ -16,7 +16,8 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.model.modeling_aiayn import CACHE_FIELD, sinusoidal_positional_encoding
+from aiayn_cli.model import modeling_aiayn as modeling
+from aiayn_cli.model.modeling_aiayn import CACHE_FIELD, Dropout, dropout_function, sinusoidal_positional_encoding
 
 VOCAB = 72  # differs from every other dimension of the tiny preset
 
@@ -329,6 +330,54 @@ def test_attention_weights_can_be_returned():
     assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 6, 6)
     assert torch.allclose(out.cross_attentions[0].sum(-1), torch.ones(2, 4, 6))
     assert out.cross_attentions[0][0, :, :, 4:].abs().max() == 0  # padded source positions get no attention
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_keeps_1_minus_p_and_scales_what_it_keeps(dtype):
+    torch.manual_seed(0)
+    x = torch.rand(200, 16, 64, dtype=dtype) + 0.5  # no zeros of its own
+    x.requires_grad_(True)
+    y = dropout_function(x, 0.3)
+    kept = y != 0
+    assert y.dtype == dtype and abs(kept.float().mean().item() - 0.7) < 0.01
+    torch.testing.assert_close(y[kept], (x / 0.7)[kept].detach())
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.to(dtype) / 0.7)  # the same mask, backwards
+    module = Dropout(0.3)
+    assert torch.equal(module.eval()(x), x) and torch.equal(dropout_function(x, 0.0), x)
+    assert not dropout_function(x, 1.0).any()
+    torch.manual_seed(1)
+    first = Dropout(0.3).train()(x)
+    torch.manual_seed(1)
+    assert torch.equal(first, Dropout(0.3).train()(x))  # the seed decides the mask
+
+
+def test_bf16_training_attention_is_written_out_and_matches_the_fused_kernel(monkeypatch):
+    """In training in bf16 on a CPU, equation (1) is computed in three steps (the fused kernel's
+    backward is several times slower there); the result is the fused kernel's, to bf16's precision."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(6, 4, 9, 16) for _ in range(3))
+    mask = torch.ones(9, 9, dtype=torch.bool).tril()
+    reference = []
+    for tensors in ([t.clone().requires_grad_(True) for t in (q, k, v)],):
+        out = torch.nn.functional.scaled_dot_product_attention(*tensors, attn_mask=mask)
+        out.square().sum().backward()
+        reference = [out.detach()] + [t.grad for t in tensors]
+    leaves = [t.to(torch.bfloat16).requires_grad_(True) for t in (q, k, v)]
+
+    def fused_kernel(*args, **kwargs):
+        raise AssertionError("the fused kernel was called")
+
+    monkeypatch.setattr(modeling.F, "scaled_dot_product_attention", fused_kernel)
+    out, weights = modeling.scaled_dot_product_attention(*leaves, mask)
+    out.float().square().sum().backward()
+    assert weights is None and out.dtype == torch.bfloat16
+    for got, want in zip([out.detach()] + [t.grad for t in leaves], reference):
+        torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
+    with pytest.raises(AssertionError, match="fused kernel"):  # fp32, and inference: the fused kernel
+        modeling.scaled_dot_product_attention(q.requires_grad_(True), k, v, mask)
+    with torch.no_grad(), pytest.raises(AssertionError, match="fused kernel"):
+        modeling.scaled_dot_product_attention(*leaves, mask)
 
 
 # -- Hugging Face integration ------------------------------------------------------------------

@@ -130,7 +130,7 @@ def _replace_leaves(modules: nn.Module, int8: bool) -> None:
                 function = Projection(child, relu=relu and name == "w_1")
             elif type(child) is nn.LayerNorm:
                 function = LayerNorm(child)
-            elif type(child) is nn.Dropout:
+            elif isinstance(child, nn.Dropout):
                 function = _identity
             else:
                 continue
