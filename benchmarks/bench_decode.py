@@ -4,6 +4,7 @@
     python benchmarks/bench_decode.py --dims base --batch 8 32 --repeats 7
     python benchmarks/bench_decode.py --dims base --batch 32 --dtype fp32 int8 --no-hf   # int8 against fp32
     python benchmarks/bench_decode.py --dims small --batch 1 8 --threads 1 2             # threads per batch size
+    python benchmarks/bench_decode.py --dtype fp32 bf16                                  # + bf16 where native
 
 How the comparison is made fair:
 
@@ -27,6 +28,10 @@ How the comparison is made fair:
   repetitions is reported (other processes on the machine make single timings noisy).
 * `--dtype int8` adds aiayn with int8 weights for the linear maps (`aiayn translate --dtype int8`) and
   CTranslate2 with `compute_type="int8"` (its own int8 GEMM, quantized from the same float model).
+* `--dtype bf16` adds aiayn in bfloat16 (what `aiayn translate --dtype auto`, the default, chooses
+  where the CPU computes bf16 natively) and Hugging Face `generate()` with the Marian model in
+  bfloat16 (`model.to(torch.bfloat16)`). CTranslate2 has no bfloat16 on CPUs (its CPU compute types
+  are float32, int8 and int8_float32), so its float32 is the reference there.
 * `--threads 1 2` measures every row at each thread count (the header says which kernels the CPU
   gets: `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2` make an
   AVX-512 CPU run the AVX2 kernels of ATen, oneDNN and MKL; `CT2_FORCE_CPU_ISA=AVX2` does the same
@@ -39,6 +44,7 @@ CTranslate2 (`pip install ctranslate2`) converts the saved `MarianMTModel` with
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -216,11 +222,16 @@ class Models:
         if (dims, vocab) not in self.built:
             args = self.args
             aiayn = build_aiayn(dims, vocab).to(args.device)
-            models = {"aiayn": aiayn, "prepared": {"fp32": PreparedModel(aiayn)}}
+            models = {"aiayn": {"fp32": aiayn}, "prepared": {"fp32": PreparedModel(aiayn)}}
             if "int8" in args.dtype:
+                models["aiayn"]["int8"] = aiayn
                 models["prepared"]["int8"] = PreparedModel(aiayn, "int8")
             folder = self.workdir / f"marian-{dims}-{vocab}"
-            models["marian"] = build_marian(dims, vocab, folder).to(args.device)
+            models["marian"] = {"fp32": build_marian(dims, vocab, folder).to(args.device)}
+            if "bf16" in args.dtype:
+                models["aiayn"]["bf16"] = copy.deepcopy(aiayn).to(torch.bfloat16)
+                models["prepared"]["bf16"] = PreparedModel(models["aiayn"]["bf16"])
+                models["marian"]["bf16"] = copy.deepcopy(models["marian"]["fp32"]).to(torch.bfloat16)
             models["ct2"] = "not measured on GPUs" if args.device != "cpu" else "--no-ctranslate2"
             if not args.no_ctranslate2 and args.device == "cpu":
                 models["ct2"] = build_ctranslate2(folder, vocab)
@@ -242,14 +253,16 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
     systems = {}
     for dtype in args.dtype:
         name = "aiayn" if dtype == "fp32" else f"aiayn_{dtype}"
-        prepared = m["prepared"][dtype]
-        systems[name] = lambda prepared=prepared: run_aiayn(m["aiayn"], prepared, ids, mask, steps, beams)
+        model, prepared = m["aiayn"][dtype], m["prepared"][dtype]
+        systems[name] = lambda model=model, prepared=prepared: run_aiayn(model, prepared, ids, mask, steps, beams)
     if not args.no_hf:
-        systems["hf_marian"] = lambda: run_marian(m["marian"], m_ids, m_mask, steps, beams)
+        for dtype, marian in m["marian"].items():
+            name = "hf_marian" if dtype == "fp32" else f"hf_marian_{dtype}"
+            systems[name] = lambda marian=marian: run_marian(marian, m_ids, m_mask, steps, beams)
     ct2_folder = m["ct2"]
     ct2_reason = None if Path(ct2_folder).is_dir() else ct2_folder
     if ct2_reason is None:
-        for dtype in args.dtype:
+        for dtype in (d for d in args.dtype if d != "bf16"):  # no bfloat16 on CPUs
             translator = ctranslate2_translator(ct2_folder, {"fp32": "float32"}.get(dtype, dtype), threads)
             name = "ctranslate2" if dtype == "fp32" else f"ctranslate2_{dtype}"
             systems[name] = lambda t=translator: run_ctranslate2(t, ct2_sentences, steps, beams)
@@ -280,6 +293,9 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
 RATIOS = [
     ("aiayn", "hf_marian"),
     ("aiayn", "ctranslate2"),
+    ("aiayn_bf16", "hf_marian_bf16"),
+    ("aiayn_bf16", "hf_marian"),
+    ("aiayn_bf16", "ctranslate2"),
     ("aiayn_int8", "aiayn"),
     ("aiayn_int8", "ctranslate2_int8"),
     ("ctranslate2_int8", "ctranslate2"),
@@ -345,7 +361,13 @@ def main() -> None:
     parser.add_argument("--min-src", type=int, default=15)
     parser.add_argument("--max-src", type=int, default=35)
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="thread counts, each measured")
-    parser.add_argument("--dtype", nargs="+", default=["fp32"], choices=["fp32", "int8"], help="aiayn and CT2")
+    parser.add_argument(
+        "--dtype",
+        nargs="+",
+        default=["fp32"],
+        choices=["fp32", "int8", "bf16"],
+        help="int8: aiayn and CT2; bf16: aiayn and HF",
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-ctranslate2", action="store_true")
