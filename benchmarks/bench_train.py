@@ -15,7 +15,10 @@ precision, for the same time budget, each in its own process:
   `Seq2SeqTrainer` configured as a user who knows it would: batches grouped by length
   (`train_sampling_strategy="group_by_length"`, HF's `LengthGroupedSampler`, on source + target
   length), with a batch size of the mean number of sentences of our batches (so about the same
-  tokens per step), label smoothing 0.1, Adam(0.9, 0.98, 1e-9), its default fused AdamW;
+  tokens per step), label smoothing 0.1, Adam(0.9, 0.98, 1e-9), its default fused AdamW, and the
+  faster of its attention implementations for the precision (`--hf-attention auto`: "eager" in
+  bf16, where PyTorch's fused CPU attention kernel is several times slower in the backward pass,
+  "sdpa" in fp32);
 - HF default: the same with the default random sampler (batches padded to their longest sentence).
 
 Two measures: non-pad tokens (source + target) trained on per second of the training loop, and
@@ -166,6 +169,7 @@ def run_reference(args) -> dict:
         bos_token_id=1,
         decoder_start_token_id=1,
         forced_eos_token_id=None,
+        attn_implementation=args.hf_attention,
     )
     torch.manual_seed(1)
     model = MarianMTModel(config)
@@ -241,7 +245,8 @@ def _side(args, side: str) -> dict:
     """Run one side in a fresh process (each has its own accelerate state and allocator)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = [sys.executable, __file__, "--side", side, "--json", out.name]
-        for name in ("multi30k", "tokenizer", "seconds", "threads", "preset", "dropout", "max_tokens", "batch_size"):
+        names = ("multi30k", "tokenizer", "seconds", "threads", "preset", "dropout", "max_tokens", "batch_size")
+        for name in names + ("hf_attention",):
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
         command += ["--precision", "bf16" if args.bf16 else "fp32"]
         env = {
@@ -281,7 +286,7 @@ def _table(args, totals: dict) -> None:
     print(
         f"Multi30k en-de, preset {args.preset}, {args.threads} threads, {'bf16' if args.bf16 else 'fp32'}, "
         f"{args.rounds} x {args.seconds:.0f} s per side; aiayn: max_tokens {args.max_tokens}, HF: batch "
-        f"size {args.batch_size} (our mean)"
+        f"size {args.batch_size} (our mean), attn_implementation {args.hf_attention}"
     )
     print(
         f"{'':<12}{'steps':>7}{'non-pad tok':>13}{'padding':>9}{'non-pad/s':>11}{'/CPU-s':>9}"
@@ -324,6 +329,12 @@ def main() -> None:
     )
     parser.add_argument("--sides", default="aiayn,grouped,default", help="which sides, comma-separated")
     parser.add_argument(
+        "--hf-attention",
+        choices=("auto", "sdpa", "eager"),
+        default="auto",
+        help="the HF sides' attn_implementation; auto: eager in bf16, sdpa in fp32 (the faster on CPUs)",
+    )
+    parser.add_argument(
         "--allocator",
         choices=("jemalloc", "tcmalloc_minimal", "system"),
         default="jemalloc",
@@ -337,6 +348,8 @@ def main() -> None:
 
         args.precision = "bf16" if native_bf16("cpu")[0] else "fp32"
     args.bf16 = args.precision == "bf16"
+    if args.hf_attention == "auto":
+        args.hf_attention = "eager" if args.bf16 else "sdpa"
 
     if args.side:  # a child process: one measurement
         import torch

@@ -378,6 +378,12 @@ def test_bf16_training_attention_is_written_out_and_matches_the_fused_kernel(mon
         modeling.scaled_dot_product_attention(q.requires_grad_(True), k, v, mask)
     with torch.no_grad(), pytest.raises(AssertionError, match="fused kernel"):
         modeling.scaled_dot_product_attention(*leaves, mask)
+    config = AiaynConfig.from_preset("tiny", vocab_size=VOCAB, dropout=0.1)
+    model, (src, src_mask) = AiaynForConditionalGeneration(config).train(), random_batch([5, 7])
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a training step under mixed precision
+        logits = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=src).logits
+    logits.float().sum().backward()
+    assert logits.dtype == torch.bfloat16 and model.model.shared.weight.grad.abs().sum() > 0
 
 
 # -- Hugging Face integration ------------------------------------------------------------------
