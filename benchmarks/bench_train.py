@@ -245,8 +245,17 @@ def _side(args, side: str) -> dict:
     """Run one side in a fresh process (each has its own accelerate state and allocator)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = [sys.executable, __file__, "--side", side, "--json", out.name]
-        names = ("multi30k", "tokenizer", "seconds", "threads", "preset", "dropout", "max_tokens", "batch_size")
-        for name in names + ("hf_attention",):
+        for name in (
+            "multi30k",
+            "tokenizer",
+            "seconds",
+            "threads",
+            "preset",
+            "dropout",
+            "max_tokens",
+            "batch_size",
+            "hf_attention",
+        ):
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
         command += ["--precision", "bf16" if args.bf16 else "fp32"]
         env = {

@@ -100,7 +100,7 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     assert [r["step"] for r in train] == list(range(20, 201, 20))
     assert train[-1]["train/loss"] < train[0]["train/loss"] - 2.0  # it learns
     # 200 steps of the tiny recipe reach 20-72 validation BLEU depending on the dropout masks (seeds 1-3,
-    # two dropout implementations); a model that has not learned the task scores below 5
+    # two dropout implementations); at step 100, before it has learned the task, the same run scores 2.1
     assert valid[-1]["valid/bleu"] > 15 and valid[-1]["step"] == 200
     assert all(r["tokens_per_s"] > 0 and r["lr"] > 0 for r in train)
     # checkpoints: Hub-format folders with the training state; keep_last 3, averaged last 2
