@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from aiayn_cli.training.schedule import build_scheduler, inverse_sqrt_lrate, noam_lrate
+from aiayn_cli.training.schedule import build_scheduler, cooldown_factor, inverse_sqrt_lrate, noam_lrate
 
 
 def _lrs(scheduler, optimizer, steps):
@@ -69,3 +69,12 @@ def test_rejects_unknown_schedule_and_base_lr():
     bad = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     with pytest.raises(ValueError, match="base lr"):
         build_scheduler(bad, "noam", d_model=8, warmup_steps=1)
+
+
+def test_cooldown_falls_linearly_to_zero_over_the_last_fraction():
+    assert [cooldown_factor(p, None) for p in (0.0, 0.9, 1.0)] == [1.0, 1.0, 1.0]  # the paper: none
+    assert [cooldown_factor(p, 0.25) for p in (0.0, 0.5, 0.75)] == [1.0, 1.0, 1.0]
+    assert cooldown_factor(0.875, 0.25) == pytest.approx(0.5)
+    assert cooldown_factor(0.95, 0.25) == pytest.approx(0.2)
+    assert cooldown_factor(1.0, 0.25) == 0.0 and cooldown_factor(1.3, 0.25) == 0.0  # past the budget
+    assert cooldown_factor(0.0, 1.0) == 1.0 and cooldown_factor(0.5, 1.0) == pytest.approx(0.5)

@@ -169,6 +169,8 @@ RESUME_FLAGS = (
     "keep_last=3",
     "--set",
     "trackers=[]",
+    "--set",
+    "lr_cooldown=0.5",  # the resumed run's cooldown continues where it stopped
 )
 
 
@@ -178,6 +180,38 @@ def uninterrupted(task):
     result = run_cli(*train_args(task, out, *RESUME_FLAGS), env=task["env"])
     assert result.returncode == 0, result.stderr
     return weights(out / "checkpoint-60")
+
+
+def _train_lrs(records: list[dict]) -> list[tuple[int, float]]:
+    return [(r["step"], r["lr"]) for r in records if "train/loss" in r]
+
+
+def test_lr_cooldown_by_steps_and_by_time(task, tmp_path):
+    """The logged learning rate is equation (3) times the cooldown factor, whether the budget is
+    max_steps or max_time."""
+    from aiayn_cli.training.schedule import cooldown_factor, noam_lrate
+
+    quiet = ("--set", "valid_every_steps=null", "--set", "average_last=null", "--set", "trackers=[]")
+    out = tmp_path / "steps"
+    cooldown = ("--set", "lr_cooldown=0.5", "--set", "log_every_steps=1", *quiet)
+    result = run_cli(*train_args(task, out, "--max-steps", "40", *cooldown), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    lrs = _train_lrs([json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
+    assert [step for step, _ in lrs] == list(range(1, 41))
+    for step, lr in lrs:  # tiny.yaml: d_model 64, warmup 100, lr_scale 0.5
+        expected = noam_lrate(step, 64, 100, 0.5) * cooldown_factor((step - 1) / 40, 0.5)
+        assert lr == pytest.approx(expected, rel=1e-9)
+    assert lrs[19][1] == pytest.approx(noam_lrate(20, 64, 100, 0.5))  # untouched before the last half
+    # by time: 6 s of training; the last update ran within a few steps' time of the end, at a small lr
+    out = tmp_path / "time"
+    args = train_args(task, out, *cooldown, "--set", "max_steps=null", "--max-time", "6s")
+    result = run_cli(*args, env=task["env"])
+    assert result.returncode == 0, result.stderr
+    assert "stopped by max_time" in result.stdout
+    lrs = _train_lrs([json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
+    factors = [lr / noam_lrate(step, 64, 100, 0.5) for step, lr in lrs]
+    assert factors[0] == pytest.approx(1.0) and factors[-1] < 0.5
+    assert all(b <= a + 1e-12 for a, b in zip(factors, factors[1:]))  # it only falls
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from ..model.modeling_aiayn import AiaynForConditionalGeneration, shift_tokens_r
 from .checkpoint import list_checkpoints, rotate_checkpoints, save_checkpoint, write_averaged_checkpoint
 from .loss import label_smoothed_cross_entropy, target_mask
 from .recipe import parse_duration
+from .schedule import cooldown_factor
 from .validation import validation_bleu, validation_loss
 
 
@@ -87,6 +88,7 @@ class Run:
         self.output = Path(recipe.output_dir)
         self.max_seconds = parse_duration(recipe.max_time) if recipe.max_time is not None else None
         self.bar = None
+        self.lr = scheduler.get_last_lr()[0]  # the last update's learning rate, cooldown included
         self.t0, self.seconds0 = time.monotonic(), state.train_seconds
         self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = self.seconds0
@@ -198,6 +200,7 @@ class Run:
         shared = torch.cat([counts, torch.tensor(clock_flags, dtype=torch.float64, device=counts.device)])
         shared = accelerator.reduce(shared, reduction="sum") if world > 1 else shared
         ntokens = shared[0].item()
+        flags, time_fraction = [bool(f > 0) for f in shared[2:6].tolist()], shared[6].item()
         # 4c. Forward and backward each batch: sum of the token losses / global token count.
         # DDP averages gradients over the W processes, hence the factor W.
         scale = world / max(ntokens, 1.0)
@@ -220,16 +223,32 @@ class Run:
                 accelerator.backward(out.loss * scale)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
         self._check_finite(sums, step)
-        # 4d. Clip, update, schedule (§5.3).
+        # 4d. Clip, update, schedule (§5.3), and the cooldown at the end of the run's budget.
         if recipe.clip_norm:
             accelerator.clip_grad_norm_(self.model.parameters(), recipe.clip_norm)
+        factor = cooldown_factor(self._progress(time_fraction), recipe.lr_cooldown)
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = lr * factor  # the scheduler's next step sets it from the schedule again
+        self.lr = self.scheduler.get_last_lr()[0] * factor
         self.optimizer.step()
         if not accelerator.optimizer_step_was_skipped:
             self.scheduler.step()
             self.state.scheduler_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         step_sums = torch.cat([sums.cpu(), shared[:2].cpu()])
-        return step_sums, [bool(f > 0) for f in shared[2:].tolist()]
+        return step_sums, flags
+
+    def _progress(self, time_fraction: float) -> float:
+        """How much of the run's budget is spent before this step: the largest of its fractions of
+        max_steps, max_epochs and max_time (0 without a limit)."""
+        recipe, state = self.recipe, self.state
+        fractions = [time_fraction]
+        if recipe.max_steps:
+            fractions.append(state.step / recipe.max_steps)
+        if recipe.max_epochs:
+            epochs = state.epoch + state.batch_in_epoch / max(self.data.train_sampler.num_batches, 1)
+            fractions.append(epochs / recipe.max_epochs)
+        return max(fractions)
 
     def _check_finite(self, sums: torch.Tensor, step: int) -> None:
         """Stop, before the update, where the loss of any process is NaN or infinite."""
@@ -247,18 +266,19 @@ class Run:
         )
 
     def _clock_flags(self) -> list[float]:
-        """[checkpoint due, validation due, time up] by the main process's clock (0 elsewhere), and
-        [signal received] by each process's."""
+        """[checkpoint due, validation due, time up] by the main process's clock (0 elsewhere),
+        [signal received] by each process's, and [fraction of max_time spent] by the main process's."""
         signalled = float(self.signals.received is not None)
         if not self.accelerator.is_main_process:
-            return [0.0, 0.0, 0.0, signalled]
+            return [0.0, 0.0, 0.0, signalled, 0.0]
         recipe, now = self.recipe, self.elapsed()
         checkpoint = (
             recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
         )
         valid = recipe.valid_every_minutes and now - self.last_valid >= recipe.valid_every_minutes * 60
         time_up = self.max_seconds is not None and now >= self.max_seconds
-        return [float(bool(checkpoint)), float(bool(valid)), float(time_up), signalled]
+        time_fraction = now / self.max_seconds if self.max_seconds else 0.0
+        return [float(bool(checkpoint)), float(bool(valid)), float(time_up), signalled, time_fraction]
 
     def _stop_reason(self, time_up: bool, epoch_done: bool) -> str:
         recipe, state = self.recipe, self.state
@@ -284,7 +304,7 @@ class Run:
         local = window[:2].to(accelerator.device)
         loss, nll = (accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local).tolist()
         ntokens, src_tokens, steps = window[2:].tolist()
-        lr = self.scheduler.get_last_lr()[0]
+        lr = self.lr
         record = {
             "step": self.state.step,
             "epoch": self.state.epoch,

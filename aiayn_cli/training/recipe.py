@@ -157,6 +157,9 @@ class TrainRecipe:
     """Peak learning rate (inverse_sqrt)."""
     warmup_init_lr: NonNegativeFloat = 0.0
     """Learning rate at step 0 (inverse_sqrt)."""
+    lr_cooldown: Annotated[StrictFloat, Field(gt=0, le=1)] | None = None
+    """The last fraction of the run (of max_steps, max_epochs or max_time, whichever ends it first)
+    over which the learning rate falls linearly to 0; None: no cooldown (the paper)."""
     clip_norm: PositiveFloat | None = None
     """Clip the gradient norm to this value; None: no clipping (the paper)."""
 

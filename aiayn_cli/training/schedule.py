@@ -41,6 +41,19 @@ def inverse_sqrt_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_
     return peak_lr * math.sqrt(warmup_steps / step_num)
 
 
+def cooldown_factor(progress: float, fraction: float | None) -> float:
+    """The factor on the schedule's learning rate in a run's cooldown: 1 until the last `fraction` of
+    the run, then falling linearly to 0 at its end (`progress` 0 -> 1; a "trapezoidal" or
+    warmup-stable-decay tail). None or 0: no cooldown, the paper's schedule throughout.
+
+    A run with a fixed budget ends on a model trained at the learning rate's low end instead of at
+    the value equation (3) happens to reach when time is up.
+    """
+    if not fraction:
+        return 1.0
+    return min(max((1.0 - progress) / fraction, 0.0), 1.0)
+
+
 def _noam_multiplier(index: int, d_model: int, warmup_steps: int, lr_scale: float) -> float:
     return noam_lrate(index + 1, d_model, warmup_steps, lr_scale)
 
@@ -89,4 +102,4 @@ def build_scheduler(
     return scheduler
 
 
-__all__ = ["SCHEDULES", "build_scheduler", "inverse_sqrt_lrate", "noam_lrate"]
+__all__ = ["SCHEDULES", "build_scheduler", "cooldown_factor", "inverse_sqrt_lrate", "noam_lrate"]
