@@ -245,18 +245,43 @@ class Translator:
     ) -> list[list[tuple[str, float]]]:
         """Each sentence's hypotheses, best first, as (text, score): `nbest` of them (default 1), or none
         for an empty output. The score is log p(y | x) / lp(|y|), |y| counting `</s>`."""
+        results = self.hypotheses(
+            sentences,
+            on_long=on_long,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            progress=progress,
+            first_line=first_line,
+            source=source,
+            **options,
+        )
+        return [[(self.detokenize(h.tokens), h.score) for h in hyps] for hyps in results]
+
+    def hypotheses(
+        self,
+        sentences: list[str],
+        *,
+        on_long: str = "truncate",
+        max_tokens: int = MAX_TOKENS,
+        batch_size: int = BATCH_SIZE,
+        progress: bool = False,
+        first_line: int = 1,
+        source: str = "input",
+        **options,
+    ) -> list[list[Hypothesis]]:
+        """`translate_nbest`'s hypotheses as the search returns them: token ids (`detokenize` gives the
+        text), score and log-probability."""
         decoding = self.decoding_options(**options)
         ids = self.encode(list(sentences), on_long=on_long, first_line=first_line, source=source)
-        results: list[list[tuple[str, float]]] = [[] for _ in ids]
+        results: list[list[Hypothesis]] = [[] for _ in ids]
         todo = [i for i, tokens in enumerate(ids) if tokens is not None]
         bar = _progress_bar(len(sentences), progress)
         bar.update(len(sentences) - len(todo))
         try:
             for batch in make_batches([len(ids[i]) for i in todo], max_tokens, batch_size):
                 rows = [todo[j] for j in batch]
-                hyps = self._decode([ids[i] for i in rows], decoding)
-                for i, sentence_hyps in zip(rows, hyps):
-                    results[i] = [(self.detokenize(h.tokens), h.score) for h in sentence_hyps]
+                for i, sentence_hyps in zip(rows, self._decode([ids[i] for i in rows], decoding)):
+                    results[i] = sentence_hyps
                 bar.update(len(rows))
         finally:
             bar.close()

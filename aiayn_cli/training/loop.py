@@ -390,6 +390,35 @@ class Run:
                 print(f"average of {len(paths)} checkpoints: validation {shown}", file=sys.stderr, flush=True)
         return averaged, metrics
 
+    def choose_length_penalty(self, model_dir: Path) -> None:
+        """§6.1: the length penalty of the recipe's grid with the best BLEU on the whole validation
+        split, written into `model_dir`'s generation_config.json (the main process decodes)."""
+        from ..decoding.translator import Translator
+        from ..evaluation.length_penalty import choose_length_penalty, save_length_penalty
+
+        accelerator = self.accelerator
+        if accelerator.is_main_process:
+            model = AiaynForConditionalGeneration.from_pretrained(model_dir).to(accelerator.device)
+            translator = Translator(model, self.tokenizer, device=accelerator.device, dtype="auto")  # as translate
+            choice = choose_length_penalty(
+                translator,
+                self.data.valid_sources,
+                self.data.valid_references,
+                list(self.recipe.length_penalty_grid),
+                max_tokens=self.recipe.valid_max_tokens or self.recipe.max_tokens,
+            )
+            save_length_penalty(model_dir, choice.alpha)
+            self.metrics.write(
+                {
+                    "step": self.state.step,
+                    "length_penalty": choice.alpha,
+                    "length_penalty_bleu": {f"{a:g}": b for a, b in choice.bleu.items()},
+                    "length_penalty_model": model_dir.name,
+                }
+            )
+            print(f"{model_dir.name}: {choice.describe()}", file=sys.stderr, flush=True)
+        accelerator.wait_for_everyone()
+
 
 def _every(step: int, interval: int | None) -> bool:
     return bool(interval) and step % interval == 0

@@ -207,6 +207,10 @@ class TrainRecipe:
     """Checkpoints kept (the best one is kept besides)."""
     average_last: PositiveInt | None = None
     """At the end, average the last N checkpoints into `averaged/` (§6.1: base 5, big 20)."""
+    length_penalty_grid: Annotated[list[NonNegativeFloat], Field(min_length=1)] | None = None
+    """At the very end, the length penalty alphas tried on the whole validation split (beam search with
+    the model's beam size); the best goes into the final model's generation_config.json (`averaged/`,
+    else the last checkpoint). §6.1 chose alpha on the development set; None: the paper's 0.6."""
     log_every_steps: PositiveInt = 20
     """Write train metrics every N steps."""
     trackers: list[StrictStr] = field(default_factory=lambda: ["tensorboard"])
@@ -248,6 +252,7 @@ RESUMABLE_CHANGES = frozenset(
         "checkpoint_every_minutes",
         "keep_last",
         "average_last",
+        "length_penalty_grid",
         "log_every_steps",
         "trackers",
     }
@@ -398,6 +403,8 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
 
     if recipe.average_last is not None and recipe.average_last > recipe.keep_last:
         fail("average_last", f"({recipe.average_last}) must not exceed keep_last ({recipe.keep_last})")
+    if recipe.length_penalty_grid is not None and recipe.valid_split is None:
+        fail("length_penalty_grid", "needs a validation split to choose on (valid_split is null)")
     if recipe.max_time is not None:
         try:
             parse_duration(recipe.max_time)

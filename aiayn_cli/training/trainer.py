@@ -182,6 +182,8 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     averaged, averaged_valid = None, {}
     if recipe.average_last:
         averaged, averaged_valid = run.average(recipe.average_last)
+    if recipe.length_penalty_grid and data.valid_sources:
+        run.choose_length_penalty(averaged or list_checkpoints(output)[-1])
     if main:
         plot_learning_curve(read_metrics(metrics.path), output / "learning_curve.png", title=str(output))
     accelerator.end_training()
@@ -305,6 +307,8 @@ class _Data:
     valid_loader: DataLoader | None
     bleu_sources: list[str]
     bleu_references: list[str]
+    valid_sources: list[str]  # the whole validation split's text
+    valid_references: list[str]
     fingerprint: str  # of the prepared training data: the text, its cleaning and tokenization
 
 
@@ -344,7 +348,7 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
     train_loader = DataLoader(
         train, batch_sampler=sampler, collate_fn=collate, generator=torch.Generator().manual_seed(recipe.seed)
     )
-    valid_loader, sources, references = None, [], []
+    valid_loader, sources, references, valid_text = None, [], [], ([], [])
     if valid is not None:
         longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
         valid_sampler = TokenBatchSampler.from_dataset(
@@ -360,7 +364,8 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
             indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
         sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
         references = [valid_raw[i]["target"] for i in indices] if sources else []
-    return _Data(train, train_loader, sampler, valid_loader, sources, references, prepared.path.name)
+        valid_text = (list(valid_raw["source"]), list(valid_raw["target"]))
+    return _Data(train, train_loader, sampler, valid_loader, sources, references, *valid_text, prepared.path.name)
 
 
 def quiet_libraries() -> None:
