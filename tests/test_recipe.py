@@ -81,6 +81,14 @@ def test_missing_required_key(tmp_path):
         ("weight_decay: -0.1", r"'weight_decay' must be greater than or equal to 0"),
         ("max_epochs: true", r"'max_epochs' must be a valid integer"),
         ("tokenizer: 3", r"recipe.yaml:8: 'tokenizer' must be a valid string, got 3"),
+        ("lr_cooldown: 0", r"recipe.yaml:11: 'lr_cooldown' must be greater than 0, got 0"),
+        ("lr_cooldown: 1.5", r"'lr_cooldown' must be less than or equal to 1, got 1.5"),
+        ("length_penalty_grid: []", r"'length_penalty_grid': list should have at least 1 item"),
+        ("length_penalty_grid: [0.6, -1]", r"'length_penalty_grid.1' must be greater than or equal to 0"),
+        (
+            "length_penalty_grid: [0.6]\nvalid_split: null",
+            r"recipe.yaml:11: 'length_penalty_grid' needs a validation split to choose on",
+        ),
     ],
 )
 def test_wrong_types_and_values(tmp_path, line, message):

@@ -91,7 +91,7 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     out = tmp_path / "run"
-    result = run_cli(*train_args(task, out), env=task["env"])
+    result = run_cli(*train_args(task, out, "--set", "length_penalty_grid=[0.0, 1.0]"), env=task["env"])
     assert result.returncode == 0, result.stderr
     assert "stopped by max_steps" in result.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -124,7 +124,13 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     assert tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip() == "v1x v2x v3x"
     averaged = json.loads((out / "averaged" / "averaged_from.json").read_text())["checkpoints"]
     assert [Path(p).name for p in averaged] == ["checkpoint-100", "checkpoint-200"]
-    assert "averaged/valid/bleu" in records[-1]
+    assert "averaged/valid/bleu" in records[-2]
+    # the length penalty chosen on the validation split, saved with the averaged model (§6.1)
+    chosen = records[-1]
+    assert chosen["length_penalty_model"] == "averaged" and set(chosen["length_penalty_bleu"]) == {"0", "1"}
+    assert chosen["length_penalty"] == max((0.0, 1.0), key=lambda a: chosen["length_penalty_bleu"][f"{a:g}"])
+    assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == chosen["length_penalty"]
+    assert f"{out / 'averaged'}: length penalty alpha" in result.stdout
     # the resolved recipe, the learning curve, TensorBoard
     assert "data_dir: " + str(task["data"]) in (out / "recipe.yaml").read_text()
     assert (out / "learning_curve.png").stat().st_size > 10_000

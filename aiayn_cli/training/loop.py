@@ -390,13 +390,14 @@ class Run:
                 print(f"average of {len(paths)} checkpoints: validation {shown}", file=sys.stderr, flush=True)
         return averaged, metrics
 
-    def choose_length_penalty(self, model_dir: Path) -> None:
+    def choose_length_penalty(self, model_dir: Path) -> str | None:
         """§6.1: the length penalty of the recipe's grid with the best BLEU on the whole validation
-        split, written into `model_dir`'s generation_config.json (the main process decodes)."""
+        split, written into `model_dir`'s generation_config.json (the main process decodes); the
+        choice, described (None on the other processes)."""
         from ..decoding.translator import Translator
         from ..evaluation.length_penalty import choose_length_penalty, save_length_penalty
 
-        accelerator = self.accelerator
+        accelerator, described = self.accelerator, None
         if accelerator.is_main_process:
             model = AiaynForConditionalGeneration.from_pretrained(model_dir).to(accelerator.device)
             translator = Translator(model, self.tokenizer, device=accelerator.device, dtype="auto")  # as translate
@@ -416,8 +417,9 @@ class Run:
                     "length_penalty_model": model_dir.name,
                 }
             )
-            print(f"{model_dir.name}: {choice.describe()}", file=sys.stderr, flush=True)
+            described = f"{model_dir}: {choice.describe()}"
         accelerator.wait_for_everyone()
+        return described
 
 
 def _every(step: int, interval: int | None) -> bool:

@@ -76,6 +76,7 @@ class TrainResult:
     averaged: Path | None = None
     last_valid: dict[str, float] = field(default_factory=dict)
     averaged_valid: dict[str, float] = field(default_factory=dict)
+    length_penalty: str | None = None  # the alpha chosen on validation, described (main process)
     is_main_process: bool = True  # under `accelerate launch`, only the main process reports
 
 
@@ -182,8 +183,9 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     averaged, averaged_valid = None, {}
     if recipe.average_last:
         averaged, averaged_valid = run.average(recipe.average_last)
+    length_penalty = None
     if recipe.length_penalty_grid and data.valid_sources:
-        run.choose_length_penalty(averaged or list_checkpoints(output)[-1])
+        length_penalty = run.choose_length_penalty(averaged or list_checkpoints(output)[-1])
     if main:
         plot_learning_curve(read_metrics(metrics.path), output / "learning_curve.png", title=str(output))
     accelerator.end_training()
@@ -202,6 +204,7 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
         averaged=averaged,
         last_valid=state.last_valid,
         averaged_valid=averaged_valid,
+        length_penalty=length_penalty,
         is_main_process=main,
     )
 

@@ -176,3 +176,5 @@ def _report(result) -> None:
     if result.averaged is not None:
         shown = ", ".join(f"{k.split('/', 1)[1]} {v:.3f}" for k, v in result.averaged_valid.items())
         typer.echo(f"averaged: {result.averaged}" + (f" ({shown})" if shown else ""))
+    if result.length_penalty is not None:
+        typer.echo(result.length_penalty)
