@@ -84,7 +84,10 @@ def test_missing_required_key(tmp_path):
         ("lr_cooldown: 0", r"recipe.yaml:11: 'lr_cooldown' must be greater than 0, got 0"),
         ("lr_cooldown: 1.5", r"'lr_cooldown' must be less than or equal to 1, got 1.5"),
         ("length_penalty_grid: []", r"'length_penalty_grid': list should have at least 1 item"),
-        ("length_penalty_grid: [0.6, -1]", r"'length_penalty_grid.1' must be greater than or equal to 0"),
+        (
+            "length_penalty_grid: [0.6, -1]",
+            r"recipe.yaml:11: 'length_penalty_grid' must be greater than or equal to 0, got -1",
+        ),
         (
             "length_penalty_grid: [0.6]\nvalid_split: null",
             r"recipe.yaml:11: 'length_penalty_grid' needs a validation split to choose on",
