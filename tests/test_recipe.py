@@ -66,7 +66,7 @@ def test_missing_required_key(tmp_path):
         ("max_tokens: lots", r"recipe.yaml:11: 'max_tokens' must be a valid integer, got 'lots'"),
         ("max_tokens: 4096.5", r"'max_tokens' must be a valid integer"),
         ("compile: 1", r"'compile' must be a valid boolean"),
-        ("lr_schedule: cosine", r"'lr_schedule' must be 'noam' or 'inverse_sqrt'"),
+        ("lr_schedule: cosine", r"'lr_schedule' must be 'noam', 'inverse_sqrt' or 'constant'"),
         ("adam_betas: 0.9", r"'adam_betas' must be a valid list"),
         ("adam_betas: [0.9, 0.98, 0.5]", r"'adam_betas': list should have at most 2 items"),
         ("adam_betas: [0.9, 1.5]", r"recipe.yaml:11: 'adam_betas' must be less than 1, got 1.5"),

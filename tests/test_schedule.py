@@ -1,11 +1,17 @@
-"""The §5.3 learning-rate schedule and fairseq's inverse_sqrt, against their formulas."""
+"""The §5.3 learning-rate schedule, fairseq's inverse_sqrt and warmup-then-constant, against their formulas."""
 
 import math
 
 import pytest
 import torch
 
-from aiayn_cli.training.schedule import build_scheduler, cooldown_factor, inverse_sqrt_lrate, noam_lrate
+from aiayn_cli.training.schedule import (
+    build_scheduler,
+    constant_lrate,
+    cooldown_factor,
+    inverse_sqrt_lrate,
+    noam_lrate,
+)
 
 
 def _lrs(scheduler, optimizer, steps):
@@ -61,6 +67,19 @@ def test_inverse_sqrt_is_fairseqs_formula():
             expected = 1e-3 * math.sqrt(10 / step_num)
         assert lr == pytest.approx(expected, rel=1e-12)
     assert inverse_sqrt_lrate(10, 1e-3, 10) == pytest.approx(1e-3)
+
+
+def test_constant_warms_up_linearly_then_holds_its_peak():
+    optimizer = _optimizer()
+    scheduler = build_scheduler(optimizer, "constant", d_model=512, warmup_steps=8, peak_lr=2e-3, warmup_init_lr=0.0)
+    lrs = _lrs(scheduler, optimizer, 30)
+    assert lrs[:8] == pytest.approx([step_num * 2e-3 / 8 for step_num in range(1, 9)], rel=1e-12)
+    assert lrs[7:] == [2e-3] * 23  # the peak from step warmup_steps on, with no decay
+    assert constant_lrate(1, 2e-3, 8, warmup_init_lr=1e-4) == pytest.approx(1e-4 + (2e-3 - 1e-4) / 8)
+    # resumed at step 20, it gives the lr of the 21st update
+    resumed = _optimizer()
+    build_scheduler(resumed, "constant", d_model=512, warmup_steps=8, peak_lr=2e-3, done_steps=20)
+    assert resumed.param_groups[0]["lr"] == 2e-3
 
 
 def test_rejects_unknown_schedule_and_base_lr():

@@ -147,16 +147,17 @@ class TrainRecipe:
     """epsilon of Adam (§5.3: 1e-9)."""
     weight_decay: NonNegativeFloat = 0.0
     """Decoupled weight decay (AdamW); 0 is the paper's Adam."""
-    lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"
-    """`noam`: equation (3) times lr_scale; `inverse_sqrt`: fairseq's, peaking at `lr`."""
+    lr_schedule: Literal["noam", "inverse_sqrt", "constant"] = "noam"
+    """`noam`: equation (3) times lr_scale; `inverse_sqrt`: fairseq's, peaking at `lr`; `constant`:
+    `lr` after a linear warmup (with `lr_cooldown`: warmup-stable-decay)."""
     warmup_steps: PositiveInt = 4000
     """warmup_steps of equation (3) (§5.3: 4000)."""
     lr_scale: PositiveFloat = 1.0
     """Factor on equation (3) (noam)."""
     lr: PositiveFloat = 5e-4
-    """Peak learning rate (inverse_sqrt)."""
+    """Peak learning rate (inverse_sqrt, constant)."""
     warmup_init_lr: NonNegativeFloat = 0.0
-    """Learning rate at step 0 (inverse_sqrt)."""
+    """Learning rate at step 0 (inverse_sqrt, constant)."""
     lr_cooldown: Annotated[StrictFloat, Field(gt=0, le=1)] | None = None
     """The last fraction of the run (of max_steps, max_epochs or max_time, whichever ends it first)
     over which the learning rate falls linearly to 0; None: no cooldown (the paper)."""

@@ -19,7 +19,7 @@ from functools import partial
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-SCHEDULES = ("noam", "inverse_sqrt")
+SCHEDULES = ("noam", "inverse_sqrt", "constant")
 
 
 def noam_lrate(step_num: int, d_model: int, warmup_steps: int, lr_scale: float = 1.0) -> float:
@@ -39,6 +39,19 @@ def inverse_sqrt_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_
     if step_num < warmup_steps:
         return warmup_init_lr + step_num * (peak_lr - warmup_init_lr) / warmup_steps
     return peak_lr * math.sqrt(warmup_steps / step_num)
+
+
+def constant_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float = 0.0) -> float:
+    """Linear warmup from `warmup_init_lr` to `peak_lr` over `warmup_steps` updates, then `peak_lr`.
+
+    Not in the paper. With `lr_cooldown` it is the "warmup-stable-decay" (trapezoidal) schedule of
+    fixed-budget runs: the rate stays at its peak instead of decaying as step_num^-0.5, and the
+    cooldown anneals it to 0 at the end of the budget.
+    """
+    step_num = max(step_num, 1)
+    if step_num < warmup_steps:
+        return warmup_init_lr + step_num * (peak_lr - warmup_init_lr) / warmup_steps
+    return peak_lr
 
 
 def cooldown_factor(progress: float, fraction: float | None) -> float:
@@ -62,6 +75,10 @@ def _inverse_sqrt_multiplier(index: int, peak_lr: float, warmup_steps: int, warm
     return inverse_sqrt_lrate(index + 1, peak_lr, warmup_steps, warmup_init_lr)
 
 
+def _constant_multiplier(index: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float) -> float:
+    return constant_lrate(index + 1, peak_lr, warmup_steps, warmup_init_lr)
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     schedule: str,
@@ -78,9 +95,9 @@ def build_scheduler(
     `done_steps` (the updates already applied) instead of loading a saved state.
 
     Args:
-        schedule: "noam" (equation (3), the paper) or "inverse_sqrt" (fairseq).
+        schedule: "noam" (equation (3), the paper), "inverse_sqrt" (fairseq) or "constant" (after warmup).
         d_model, warmup_steps, lr_scale: equation (3) and its scale factor (noam).
-        peak_lr, warmup_init_lr: the inverse_sqrt schedule.
+        peak_lr, warmup_init_lr: the inverse_sqrt and constant schedules.
     """
     for group in optimizer.param_groups:
         if group["lr"] != 1.0:
@@ -91,6 +108,8 @@ def build_scheduler(
         fn = partial(
             _inverse_sqrt_multiplier, peak_lr=peak_lr, warmup_steps=warmup_steps, warmup_init_lr=warmup_init_lr
         )
+    elif schedule == "constant":
+        fn = partial(_constant_multiplier, peak_lr=peak_lr, warmup_steps=warmup_steps, warmup_init_lr=warmup_init_lr)
     else:
         raise ValueError(f"unknown lr schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     scheduler = LambdaLR(optimizer, fn)
@@ -102,4 +121,4 @@ def build_scheduler(
     return scheduler
 
 
-__all__ = ["SCHEDULES", "build_scheduler", "cooldown_factor", "inverse_sqrt_lrate", "noam_lrate"]
+__all__ = ["SCHEDULES", "build_scheduler", "constant_lrate", "cooldown_factor", "inverse_sqrt_lrate", "noam_lrate"]
