@@ -28,19 +28,6 @@ def noam_lrate(step_num: int, d_model: int, warmup_steps: int, lr_scale: float =
     return lr_scale * d_model**-0.5 * min(step_num**-0.5, step_num * warmup_steps**-1.5)
 
 
-def inverse_sqrt_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float = 0.0) -> float:
-    """fairseq's `inverse_sqrt`: linear warmup from `warmup_init_lr` to `peak_lr` over `warmup_steps`
-    updates, then `peak_lr * sqrt(warmup_steps / step_num)`.
-
-    The same shape as equation (3), parameterised by the peak instead of d_model: equation (3)
-    peaks at d_model^-0.5 * warmup_steps^-0.5 (7.0e-4 for the base model).
-    """
-    step_num = max(step_num, 1)
-    if step_num < warmup_steps:
-        return warmup_init_lr + step_num * (peak_lr - warmup_init_lr) / warmup_steps
-    return peak_lr * math.sqrt(warmup_steps / step_num)
-
-
 def constant_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float = 0.0) -> float:
     """Linear warmup from `warmup_init_lr` to `peak_lr` over `warmup_steps` updates, then `peak_lr`.
 
@@ -52,6 +39,19 @@ def constant_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_init
     if step_num < warmup_steps:
         return warmup_init_lr + step_num * (peak_lr - warmup_init_lr) / warmup_steps
     return peak_lr
+
+
+def inverse_sqrt_lrate(step_num: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float = 0.0) -> float:
+    """fairseq's `inverse_sqrt`: linear warmup from `warmup_init_lr` to `peak_lr` over `warmup_steps`
+    updates (`constant_lrate`'s warmup), then `peak_lr * sqrt(warmup_steps / step_num)`.
+
+    The same shape as equation (3), parameterised by the peak instead of d_model: equation (3)
+    peaks at d_model^-0.5 * warmup_steps^-0.5 (7.0e-4 for the base model).
+    """
+    step_num = max(step_num, 1)
+    return constant_lrate(step_num, peak_lr, warmup_steps, warmup_init_lr) * min(
+        1.0, math.sqrt(warmup_steps / step_num)
+    )
 
 
 def cooldown_factor(progress: float, fraction: float | None) -> float:
@@ -67,16 +67,9 @@ def cooldown_factor(progress: float, fraction: float | None) -> float:
     return min(max((1.0 - progress) / fraction, 0.0), 1.0)
 
 
-def _noam_multiplier(index: int, d_model: int, warmup_steps: int, lr_scale: float) -> float:
-    return noam_lrate(index + 1, d_model, warmup_steps, lr_scale)
-
-
-def _inverse_sqrt_multiplier(index: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float) -> float:
-    return inverse_sqrt_lrate(index + 1, peak_lr, warmup_steps, warmup_init_lr)
-
-
-def _constant_multiplier(index: int, peak_lr: float, warmup_steps: int, warmup_init_lr: float) -> float:
-    return constant_lrate(index + 1, peak_lr, warmup_steps, warmup_init_lr)
+def _at_update(index: int, lrate) -> float:
+    """`LambdaLR` calls its function with the index of the update (from 0); the schedules count from 1."""
+    return lrate(index + 1)
 
 
 def build_scheduler(
@@ -103,15 +96,14 @@ def build_scheduler(
         if group["lr"] != 1.0:
             raise ValueError("build_scheduler: the optimizer's base lr must be 1.0 (the schedule gives the lr)")
     if schedule == "noam":
-        fn = partial(_noam_multiplier, d_model=d_model, warmup_steps=warmup_steps, lr_scale=lr_scale)
+        lrate = partial(noam_lrate, d_model=d_model, warmup_steps=warmup_steps, lr_scale=lr_scale)
     elif schedule == "inverse_sqrt":
-        fn = partial(
-            _inverse_sqrt_multiplier, peak_lr=peak_lr, warmup_steps=warmup_steps, warmup_init_lr=warmup_init_lr
-        )
+        lrate = partial(inverse_sqrt_lrate, peak_lr=peak_lr, warmup_steps=warmup_steps, warmup_init_lr=warmup_init_lr)
     elif schedule == "constant":
-        fn = partial(_constant_multiplier, peak_lr=peak_lr, warmup_steps=warmup_steps, warmup_init_lr=warmup_init_lr)
+        lrate = partial(constant_lrate, peak_lr=peak_lr, warmup_steps=warmup_steps, warmup_init_lr=warmup_init_lr)
     else:
         raise ValueError(f"unknown lr schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+    fn = partial(_at_update, lrate=lrate)
     scheduler = LambdaLR(optimizer, fn)
     if done_steps:
         scheduler.last_epoch = done_steps
