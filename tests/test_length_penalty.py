@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,17 +24,21 @@ def sentences(n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory):
-    from transformers import AutoTokenizer
-
+def model_folder(tmp_path_factory):
+    """A random `tiny` model whose finished hypotheses differ in length, so that alpha matters: a random
+    model rarely ends a sentence before its maximum length, so its decoder's output leans towards </s>."""
     folder = save_tiny_model(tmp_path_factory.mktemp("model"))
     model = AiaynForConditionalGeneration.from_pretrained(folder)
-    # A random model rarely ends a sentence before its maximum length: a bias towards </s> in the
-    # decoder's output makes its finished hypotheses differ in length, so that alpha matters.
     with torch.no_grad():
         eos = model.get_output_embeddings().weight[model.config.eos_token_id]
         model.model.decoder.layers[-1].feed_forward_sublayer.norm.bias.copy_(2.0 * eos / eos.dot(eos))
-    return Translator(model, AutoTokenizer.from_pretrained(folder), device="cpu", dtype="fp32")
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def translator(model_folder):
+    return Translator.from_pretrained(str(model_folder), device="cpu", dtype="fp32")
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
@@ -75,3 +80,74 @@ def test_the_choice_is_saved_with_the_other_settings(tmp_path):
     assert after == before
     assert Translator.from_pretrained(str(folder)).decoding_options().length_penalty == 1.5
     assert not list(folder.glob("*.tmp*"))
+
+
+def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path):
+    """`aiayn evaluate --model M --split validation --length-penalty-grid ... --save-length-penalty`: the
+    choice for a model trained without a grid (or averaged by hand), as `aiayn train` makes it."""
+    import shutil
+
+    from conftest import run_cli
+
+    folder = Path(shutil.copytree(model_folder, tmp_path / "model"))
+    translator = Translator.from_pretrained(str(folder))  # the precision `aiayn evaluate` chooses too
+    sources = sentences(24, seed=1)
+    by_alpha = {alpha: translator.translate(sources, length_penalty=alpha) for alpha in (0.0, 2.0)}
+    assert by_alpha[0.0] != by_alpha[2.0]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "val.en").write_text("\n".join(sources) + "\n")
+    (data / "val.de").write_text("\n".join(by_alpha[2.0]) + "\n")  # alpha 2 scores 100
+    before = json.loads((folder / "generation_config.json").read_text())
+    args = ["--model", folder, "--data-dir", data, "-s", "en", "-t", "de", "--split", "validation"]
+    result = run_cli(
+        "evaluate", *args, "--length-penalty-grid", "0,2", "--save-length-penalty",
+        "-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "alpha 2, chosen on 24 validation sentences" in result.stderr
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert saved["inputs"]["length_penalty"] == 2.0
+    assert saved["inputs"]["length_penalty_bleu"]["2"] == pytest.approx(100.0)
+    assert saved["inputs"]["length_penalty_bleu"]["0"] < 99.0
+    assert saved["scores"]["sacrebleu"]["score"] == pytest.approx(100.0)
+    assert (tmp_path / "hyp.de").read_text().splitlines() == by_alpha[2.0]
+    after = json.loads((folder / "generation_config.json").read_text())
+    assert after.pop("length_penalty") == 2.0 and before.pop("length_penalty") == 0.6
+    assert after == before
+    # without --save-length-penalty the folder is left alone
+    (folder / "generation_config.json").write_text(json.dumps({**before, "length_penalty": 0.6}))
+    result = run_cli("evaluate", *args, "--length-penalty-grid", "0,2")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((folder / "generation_config.json").read_text())["length_penalty"] == 0.6
+
+
+def test_evaluate_grid_bad_options_give_one_line(model_folder, tmp_path):
+    from conftest import run_cli
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "val.en").write_text("w1 w2\n")
+    (data / "val.de").write_text("w2 w1\n")
+    (data / "test.en").write_text("w1 w2\n")
+    (data / "test.de").write_text("w2 w1\n")
+    split = ["--data-dir", data, "-s", "en", "-t", "de", "--split", "validation"]
+    cases = [
+        (["--model", model_folder, *split, "--length-penalty-grid", "0.6,x"], "--length-penalty-grid 'x' is not a number"),
+        (["--model", model_folder, *split, "--length-penalty-grid", "0.6,-1"], "--length-penalty-grid -1 is not a finite"),
+        (["--model", model_folder, *split, "--save-length-penalty"], "--save-length-penalty needs --length-penalty-grid"),
+        (["--model", "someone/model", *split, "--length-penalty-grid", "1", "--save-length-penalty"],
+         "--save-length-penalty writes into a local model folder; someone/model is not one"),
+        (["-i", data / "val.de", *split, "--length-penalty-grid", "1"], "--length-penalty-grid needs --model"),
+        (["--length-penalty-grid", "1"], "--length-penalty-grid needs --model and data options"),
+    ]  # fmt: skip
+    for args, phrase in cases:
+        result = run_cli("evaluate", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert phrase in result.stderr, (args, result.stderr)
+    assert json.loads((model_folder / "generation_config.json").read_text())["length_penalty"] == 0.6
+    # choosing on the test split works, with a warning that its score is then optimistic
+    result = run_cli("evaluate", "--model", model_folder, *split[:-1], "test", "--length-penalty-grid", "0.6,1")
+    assert result.returncode == 0, result.stderr
+    assert "warning: choosing alpha on the test split makes its score optimistic" in result.stderr

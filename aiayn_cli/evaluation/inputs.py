@@ -23,6 +23,7 @@ class ScoringInputs:
     description: dict[str, Any] = field(default_factory=dict)
     language: str | None = None
     cleaning_report: str | None = None
+    length_penalty: Any = None  # the `LengthPenaltyChoice` where alpha was chosen on the split
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -77,13 +78,22 @@ def inputs_from_split(
     model: str | None = None,
     output: str | Path | None = None,
     progress: bool = True,
+    length_penalty_grid: Sequence[float] | None = None,
 ) -> ScoringInputs:
     """References from a data split (`DataSpec`); hypotheses from a file, or translated from the
-    split's sources by `model` (the paper's beam search), written to `output` if given."""
+    split's sources by `model` (the paper's beam search), written to `output` if given.
+
+    `length_penalty_grid`: with `model`, choose alpha on this split as the paper did on its
+    development set (`choose_length_penalty`: one beam search re-ranked per alpha); the hypotheses are
+    the chosen alpha's."""
     from ..data.corpus import load_split
 
     if (hypotheses is None) == (model is None):
         raise AiaynError("with a data split give either {hypotheses} or {model}", mentions=("hypotheses", "model"))
+    if length_penalty_grid is not None and model is None:
+        raise AiaynError(
+            "needs {model}: the alphas re-rank the model's beam search", key="length_penalty_grid", mentions=("model",)
+        )
     if output is not None:
         check_output_path(output)
     data = load_split(spec, split)
@@ -93,10 +103,27 @@ def inputs_from_split(
         "data": str(spec.dataset or spec.data_dir or spec.prefix or spec.data_file or spec.target_file),
         "split": split,
     }
+    choice = None
     if model is not None:
         from ..decoding.translator import Translator
 
-        hyps = Translator.from_pretrained(model).translate(list(data["source"]), progress=progress, source=split)
+        translator = Translator.from_pretrained(model)
+        if length_penalty_grid is not None:
+            from .length_penalty import choose_length_penalty
+
+            choice = choose_length_penalty(
+                translator,
+                list(data["source"]),
+                list(data["target"]),
+                list(length_penalty_grid),
+                progress=progress,
+                source=split,
+            )
+            hyps = choice.translations
+            description["length_penalty"] = choice.alpha
+            description["length_penalty_bleu"] = {f"{alpha:g}": bleu for alpha, bleu in choice.bleu.items()}
+        else:
+            hyps = translator.translate(list(data["source"]), progress=progress, source=split)
         description["model"] = model
         if output is not None:
             with atomic_open(output) as out:
@@ -107,7 +134,7 @@ def inputs_from_split(
         if len(hyps) != len(refs):
             raise AiaynError(f"{hypotheses} has {len(hyps)} lines but the {split} split has {len(refs)} references")
         description["hypotheses"] = str(hypotheses)
-    return ScoringInputs(hyps, refs, description, spec.target_lang, str(report) if report is not None else None)
+    return ScoringInputs(hyps, refs, description, spec.target_lang, str(report) if report is not None else None, choice)
 
 
 def check_output_path(path: str | Path) -> Path:

@@ -23,13 +23,15 @@ from .scoring import score
 
 @dataclass
 class LengthPenaltyChoice:
-    """The alpha with the highest sacreBLEU on the development set, and the score of every alpha tried."""
+    """The alpha with the highest sacreBLEU on the development set, the score of every alpha tried, and
+    the translations under the chosen alpha."""
 
     alpha: float
     bleu: dict[float, float]  # alpha -> sacreBLEU, in the order tried
     num_beams: int
     style: str
     sentences: int
+    translations: list[str]
 
     def describe(self) -> str:
         tried = ", ".join(f"{alpha:g}: {bleu:.2f}" for alpha, bleu in self.bleu.items())
@@ -40,27 +42,36 @@ class LengthPenaltyChoice:
 
 
 def choose_length_penalty(
-    translator, sources: list[str], references: list[str], alphas: list[float], max_tokens: int = 4096
+    translator,
+    sources: list[str],
+    references: list[str],
+    alphas: list[float],
+    max_tokens: int = 4096,
+    progress: bool = False,
+    source: str = "input",
 ) -> LengthPenaltyChoice:
     """Decode `sources` once with the model's beam size (`translator`: a `Translator`) and score the
-    best hypothesis under each alpha against `references`; ties go to the alpha listed first."""
+    best hypothesis under each alpha against `references`; ties go to the alpha listed first.
+    `source` names the sentences in warnings (a file or split)."""
     if not alphas:
         raise AiaynError("no alpha to try", key="length_penalty_grid")
     if len(sources) != len(references):
         raise AiaynError(f"{len(sources)} sources but {len(references)} references")
     options = translator.decoding_options()
     beam, style = options.num_beams, options.length_penalty_style
-    candidates = translator.hypotheses(sources, max_tokens=max_tokens, nbest=beam)
+    candidates = translator.hypotheses(sources, max_tokens=max_tokens, nbest=beam, progress=progress, source=source)
     bleu: dict[float, float] = {}
+    translations: dict[float, list[str]] = {}
     for alpha in alphas:
         best = [
             max(hyps, key=lambda h: h.log_prob / length_penalty(len(h.tokens) + 1, alpha, style)) if hyps else None
             for hyps in candidates
         ]
-        texts = [translator.detokenize(h.tokens) if h is not None else "" for h in best]
-        bleu[alpha] = float(score(texts, references, metrics=("sacrebleu",))["scores"]["sacrebleu"]["score"])
+        translations[alpha] = [translator.detokenize(h.tokens) if h is not None else "" for h in best]
+        sacrebleu = score(translations[alpha], references, metrics=("sacrebleu",))["scores"]["sacrebleu"]
+        bleu[alpha] = float(sacrebleu["score"])
     chosen = max(bleu, key=lambda a: bleu[a])  # the first of equal scores
-    return LengthPenaltyChoice(chosen, bleu, beam, style, len(sources))
+    return LengthPenaltyChoice(chosen, bleu, beam, style, len(sources), translations[chosen])
 
 
 def save_length_penalty(model_dir: str | Path, alpha: float) -> None:

@@ -75,6 +75,24 @@ def evaluate(
             "--output", "-o", metavar="FILE", help="With --model: also write the translations here.", show_default=False
         ),
     ] = None,
+    length_penalty_grid: Annotated[
+        str | None,
+        typer.Option(
+            "--length-penalty-grid",
+            metavar="ALPHAS",
+            help="With --model: choose the length penalty alpha on the split, as the paper did on its development "
+            "set: one beam search re-ranked under each of these comma-separated alphas (e.g. 0.6,1,1.5,2); the "
+            "best alpha's translations are scored. Choose on validation, not on the test split.",
+            show_default=False,
+        ),
+    ] = None,
+    save_length_penalty: Annotated[
+        bool,
+        typer.Option(
+            "--save-length-penalty",
+            help="With --length-penalty-grid: write the chosen alpha into the model folder's generation_config.json.",
+        ),
+    ] = False,
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
     data_dir: options.DataDirOpt = None,
@@ -92,12 +110,21 @@ def evaluate(
     aiayn evaluate -i hyp.de -r ref.de                                   # two files
     aiayn evaluate -i hyp.de --data-dir DATA -s en -t de --split test    # references from a split
     aiayn evaluate --model MODEL --data-dir DATA -s en -t de --split test  # translate, then score
+    aiayn evaluate --model MODEL --data-dir DATA -s en -t de --split validation \\
+        --length-penalty-grid 0.6,1,1.5,2,2.5,3 --save-length-penalty     # choose alpha (§6.1)
     """
     from ...evaluation.inputs import check_output_path, inputs_from_files, inputs_from_split
     from ...evaluation.scoring import format_table, score, write_json
 
     if json_path is not None:
         check_output_path(json_path)
+    grid = _alphas(length_penalty_grid) if length_penalty_grid is not None else None
+    if save_length_penalty:
+        if grid is None:
+            raise AiaynError("needs {length_penalty_grid}, the alphas to choose from",
+                             key="save_length_penalty", mentions=("length_penalty_grid",))  # fmt: skip
+        if model is not None and not Path(model).is_dir():
+            raise AiaynError(f"writes into a local model folder; {model} is not one", key="save_length_penalty")
     data_given = any(v is not None for v in (dataset, data_dir, prefix, source_file, target_file, data_file))
     if data_given:
         if references:
@@ -114,9 +141,25 @@ def evaluate(
             source_lang=source_lang,
             target_lang=target_lang,
         )
-        inputs = inputs_from_split(spec, split, hypotheses=hypotheses, model=model, output=output)
+        if grid is not None and "test" in split.lower():
+            typer.echo(f"warning: choosing alpha on the {split} split makes its score optimistic; "
+                       "choose on the validation split, then score the test split", err=True)  # fmt: skip
+        inputs = inputs_from_split(
+            spec, split, hypotheses=hypotheses, model=model, output=output, length_penalty_grid=grid
+        )
         if inputs.cleaning_report:
             typer.echo(inputs.cleaning_report, err=True)
+        if inputs.length_penalty is not None:
+            typer.echo(f"{model}: {inputs.length_penalty.describe()}", err=True)
+            if save_length_penalty:
+                from ...evaluation.length_penalty import save_length_penalty as save
+
+                save(model, inputs.length_penalty.alpha)
+                typer.echo(f"wrote length_penalty {inputs.length_penalty.alpha:g} into "
+                           f"{Path(model) / 'generation_config.json'}", err=True)  # fmt: skip
+    elif grid is not None:
+        raise AiaynError("needs {model} and data options (e.g. --model MODEL --data-dir DIR -s en -t de "
+                         "--split validation)", key="length_penalty_grid", mentions=("model",))  # fmt: skip
     elif model is not None:
         raise AiaynError("needs data options (e.g. --data-dir DIR -s en -t de --split test) to translate", key="model")
     else:
@@ -139,3 +182,18 @@ def evaluate(
     if json_path is not None:
         write_json(results, json_path)
         typer.echo(f"wrote {json_path}", err=True)
+
+
+def _alphas(text: str) -> list[float]:
+    """`--length-penalty-grid`'s comma-separated alphas, each a number >= 0."""
+    alphas = []
+    for item in text.split(","):
+        try:
+            alpha = float(item)
+        except ValueError:
+            raise AiaynError(f"{item.strip()!r} is not a number (give alphas such as 0.6,1,1.5)",
+                             key="length_penalty_grid") from None  # fmt: skip
+        if not alpha >= 0 or alpha == float("inf"):
+            raise AiaynError(f"{item.strip()} is not a finite number >= 0", key="length_penalty_grid")
+        alphas.append(alpha)
+    return alphas
