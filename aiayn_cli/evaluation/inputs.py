@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AiaynError
 from ..files import atomic_open
 from .metrics import moses_languages
+
+if TYPE_CHECKING:
+    from .length_penalty import LengthPenaltyChoice
 
 
 @dataclass
@@ -23,7 +26,7 @@ class ScoringInputs:
     description: dict[str, Any] = field(default_factory=dict)
     language: str | None = None
     cleaning_report: str | None = None
-    length_penalty: Any = None  # the `LengthPenaltyChoice` where alpha was chosen on the split
+    length_penalty: LengthPenaltyChoice | None = None  # where alpha was chosen on the split
 
 
 def read_lines(path: str | Path) -> list[str]:
