@@ -111,7 +111,7 @@ def evaluate(
     aiayn evaluate -i hyp.de --data-dir DATA -s en -t de --split test    # references from a split
     aiayn evaluate --model MODEL --data-dir DATA -s en -t de --split test  # translate, then score
     aiayn evaluate --model MODEL --data-dir DATA -s en -t de --split validation \\
-        --length-penalty-grid 0.6,1,1.5,2,2.5,3 --save-length-penalty     # choose alpha (§6.1)
+        --length-penalty-grid 0.6,1,1.5,2 --save-length-penalty   # choose alpha (§6.1)
     """
     from ...evaluation.inputs import check_output_path, inputs_from_files, inputs_from_split
     from ...evaluation.scoring import format_table, score, write_json
