@@ -77,13 +77,14 @@ def _autograd_reference(logits, labels, eps, pad_token_id=0):
     return loss.sum(), (nll * mask).sum()
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_gradients_equal_autograd_through_the_formula(eps):
+def test_gradients_equal_autograd_through_the_formula(eps, compiled):
     logits, labels = _batch(vocab=37)
     logits = logits.float()
     mine = logits.clone().requires_grad_()
     ref = logits.clone().requires_grad_()
-    out = label_smoothed_cross_entropy(mine, labels, epsilon=eps)
+    out = label_smoothed_cross_entropy(mine, labels, epsilon=eps, compiled=compiled)
     loss, nll = _autograd_reference(ref, labels, eps)
     # both outputs carry gradient (as when the nll is part of an objective), with different weights
     (0.7 * out.loss + 0.3 * out.nll).backward()
@@ -93,11 +94,54 @@ def test_gradients_equal_autograd_through_the_formula(eps):
     assert mine.grad[0, 3:].abs().sum() == 0 and mine.grad[1, 4].abs().sum() == 0  # padding: no gradient
 
 
-def test_bf16_scores_get_a_bf16_gradient_read_in_float32():
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_bf16_scores_get_a_bf16_gradient_read_in_float32(compiled):
     logits, labels = _batch(vocab=37)
     mine = logits.bfloat16().requires_grad_()
     ref = logits.bfloat16().float().requires_grad_()
-    label_smoothed_cross_entropy(mine, labels, epsilon=0.1).loss.backward()
+    label_smoothed_cross_entropy(mine, labels, epsilon=0.1, compiled=compiled).loss.backward()
     _autograd_reference(ref, labels, 0.1)[0].backward()
     assert mine.grad.dtype == torch.bfloat16
     assert torch.allclose(mine.grad.float(), ref.grad, atol=1e-2)
+
+
+def test_the_compiled_loss_keeps_its_numbers_as_the_shapes_change():
+    # one graph for every batch shape (dynamic shapes): each shape's numbers, eager and compiled
+    for batch, length, vocab in [(3, 5, 37), (7, 2, 37), (2, 9, 101)]:
+        torch.manual_seed(batch)
+        logits = torch.randn(batch, length, vocab)
+        labels = torch.randint(1, vocab, (batch, length))
+        labels[0, -1] = 0
+        grads = []
+        for compiled in (False, True):
+            scores = logits.clone().requires_grad_()
+            out = label_smoothed_cross_entropy(scores, labels, epsilon=0.1, compiled=compiled)
+            (out.loss + 0.5 * out.nll).backward()
+            grads.append((float(out.loss.detach()), float(out.nll.detach()), scores.grad))
+        (loss_e, nll_e, grad_e), (loss_c, nll_c, grad_c) = grads
+        assert loss_c == pytest.approx(loss_e, rel=1e-5) and nll_c == pytest.approx(nll_e, rel=1e-5)
+        assert torch.allclose(grad_c, grad_e, atol=1e-6)
+        assert grad_c[0, -1].abs().sum() == 0  # padding: no gradient
+
+
+def test_where_the_loss_cannot_compile_it_warns_once_and_computes_it_eagerly(monkeypatch):
+    import aiayn_cli.training.loss as loss_module
+
+    def no_compiler(fn, **kwargs):
+        def fails(*args):
+            raise torch._dynamo.exc.BackendCompilerFailed(fn, RuntimeError("No working C++ compiler found"), None)
+
+        return fails
+
+    monkeypatch.setattr(loss_module, "_PASSES", loss_module._Passes())
+    monkeypatch.setattr(loss_module.torch, "compile", no_compiler)
+    logits, labels = _batch(vocab=37)
+    mine, ref = logits.float().requires_grad_(), logits.float().requires_grad_()
+    with pytest.warns(UserWarning, match="the compiled loss is not available here") as caught:
+        out = label_smoothed_cross_entropy(mine, labels, epsilon=0.1, compiled=True)
+        out.loss.backward()
+    assert len(caught) == 1
+    loss, _ = _autograd_reference(ref, labels, 0.1)
+    loss.backward()
+    assert float(out.loss.detach()) == pytest.approx(float(loss.detach()), rel=1e-6)
+    assert torch.allclose(mine.grad, ref.grad, atol=1e-6)

@@ -213,13 +213,16 @@ class Run:
                 decoder_input_ids = shift_tokens_right(
                     batch["labels"], config.pad_token_id, config.decoder_start_token_id
                 )
-                logits = self.forward_model(
-                    input_ids=batch["input_ids"],
-                    attention_mask=batch["attention_mask"],
-                    decoder_input_ids=decoder_input_ids,
-                    use_cache=False,
-                ).logits
-                out = label_smoothed_cross_entropy(logits, batch["labels"], recipe.label_smoothing, config.pad_token_id)
+                with accelerator.autocast():  # the scores stay in the autocast dtype: the loss reads them
+                    logits = self.forward_model(
+                        input_ids=batch["input_ids"],
+                        attention_mask=batch["attention_mask"],
+                        decoder_input_ids=decoder_input_ids,
+                        use_cache=False,
+                    ).logits
+                out = label_smoothed_cross_entropy(
+                    logits, batch["labels"], recipe.label_smoothing, config.pad_token_id, recipe.compile_loss
+                )
                 accelerator.backward(out.loss * scale)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
         self._check_finite(sums, step)
@@ -325,7 +328,9 @@ class Run:
 
     def _evaluate(self, model) -> dict[str, float]:
         recipe = self.recipe
-        metrics = validation_loss(model, self.data.valid_loader, self.accelerator, recipe.label_smoothing)
+        metrics = validation_loss(
+            model, self.data.valid_loader, self.accelerator, recipe.label_smoothing, recipe.compile_loss
+        )
         if self.data.bleu_sources:
             metrics["valid/bleu"], _ = validation_bleu(
                 model,

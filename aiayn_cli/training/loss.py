@@ -20,6 +20,7 @@ fairseq does, so that every token weighs the same whatever the batch shapes.
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -42,7 +43,11 @@ def target_mask(labels: torch.Tensor, pad_token_id: int | None = 0) -> torch.Ten
 
 
 def label_smoothed_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float = 0.1, pad_token_id: int | None = 0
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float = 0.1,
+    pad_token_id: int | None = 0,
+    compiled: bool = False,
 ) -> SmoothedLoss:
     """(1 - eps) * nll + (eps / V) * sum_k -log p_k, summed over the non-pad target tokens.
 
@@ -50,45 +55,118 @@ def label_smoothed_cross_entropy(
         logits (`(B, T, V)`): the pre-softmax scores; the log-softmax is taken in float32.
         labels (`LongTensor` of shape `(B, T)`): target ids; -100 and `pad_token_id` are ignored.
         epsilon (`float`): eps_ls (the paper: 0.1).
+        compiled (`bool`): run the two passes below through `torch.compile` (inductor), which fuses each
+            into one read of the scores (and one write of the gradient); where that cannot compile
+            (no C++ compiler), a warning and the same maths eagerly.
     """
     mask = target_mask(labels, pad_token_id)  # (B, T)
     targets = labels.masked_fill(~mask, 0)
-    loss, nll = _SmoothedCrossEntropy.apply(logits, targets, mask, epsilon)
+    loss, nll = _SmoothedCrossEntropy.apply(logits, targets, mask, epsilon, compiled)
     return SmoothedLoss(loss, nll, mask.sum())
 
 
+# The two passes over the (B, T, V) scores x, with lse = log sum_k exp x_k (so log p_k = x_k - lse):
+#
+#     nll = lse - x_y,    sum_k -log p_k = V * lse - sum_k x_k
+#     d loss / d x_k = p_k - (1 - eps) [k = y] - eps / V,    d nll / d x_k = p_k - [k = y]
+#
+# Only lse, one number per position, is kept between them: not the (B, T, V) log-probabilities.
+
+
+def _forward_sums(logits, targets, weight, epsilon: float):
+    """The loss and nll summed over the positions (weight 0 for padding), and lse for the backward pass."""
+    x = logits.float()
+    lprobs = torch.log_softmax(x, dim=-1)  # (B, T, V)
+    nll = -lprobs.gather(-1, targets[..., None]).squeeze(-1)
+    smooth = -lprobs.sum(-1)
+    lse = x[..., 0] - lprobs[..., 0]  # log p_k = x_k - lse, at any k
+    loss = ((1.0 - epsilon) * nll + (epsilon / x.size(-1)) * smooth) * weight
+    return loss.sum(), (nll * weight).sum(), lse
+
+
+def _backward_grad(logits, lse, targets, weight, grad_loss, grad_nll, epsilon: float):
+    """d(grad_loss * loss + grad_nll * nll) / d logits, in the scores' dtype: in place, for eager mode."""
+    scale, uniform, at_target = _backward_coefficients(logits.size(-1), weight, grad_loss, grad_nll, epsilon)
+    grad = logits.to(torch.float32, copy=True).sub_(lse[..., None]).exp_()  # p
+    grad.mul_(scale).sub_(uniform)
+    grad.scatter_add_(-1, targets[..., None], -at_target)
+    return grad.to(logits.dtype)
+
+
+def _backward_grad_fusible(logits, lse, targets, weight, grad_loss, grad_nll, epsilon: float):
+    """`_backward_grad` written out of place, which inductor fuses into one loop (the scatter it does not)."""
+    vocab_size = logits.size(-1)
+    scale, uniform, at_target = _backward_coefficients(vocab_size, weight, grad_loss, grad_nll, epsilon)
+    grad = (logits.float() - lse[..., None]).exp() * scale - uniform
+    is_target = torch.arange(vocab_size, device=logits.device) == targets[..., None]
+    return torch.where(is_target, grad - at_target, grad).to(logits.dtype)
+
+
+def _backward_coefficients(vocab_size: int, weight, grad_loss, grad_nll, epsilon: float):
+    """The gradient is p * scale - uniform, less at_target at the target: each (B, T, 1)."""
+    scale = weight * (grad_loss + grad_nll)
+    uniform = weight * (grad_loss * (epsilon / vocab_size))
+    at_target = weight * (grad_loss * (1.0 - epsilon) + grad_nll)
+    return scale[..., None], uniform[..., None], at_target[..., None]
+
+
+class _Passes:
+    """The two passes, eager or through `torch.compile` (built once, on first use)."""
+
+    def __init__(self) -> None:
+        self._compiled: tuple | None = None
+        self._failed = False
+
+    def __call__(self, compiled: bool) -> tuple:
+        if not compiled or self._failed:
+            return _forward_sums, _backward_grad
+        if self._compiled is None:
+            self._compiled = (
+                torch.compile(_forward_sums, dynamic=True),
+                torch.compile(_backward_grad_fusible, dynamic=True),
+            )
+        return self._compiled
+
+    def failed(self, error: Exception) -> None:
+        self._failed = True
+        warnings.warn(
+            f"the compiled loss is not available here, computing it eagerly ({str(error).strip().splitlines()[0]})",
+            stacklevel=3,
+        )
+
+
+_PASSES = _Passes()
+
+
+def _run(compiled: bool, which: int, *args):
+    try:
+        return _PASSES(compiled)[which](*args)
+    except torch._dynamo.exc.BackendCompilerFailed as error:  # no working C++ compiler, for one
+        _PASSES.failed(error)
+        return _PASSES(False)[which](*args)
+
+
 class _SmoothedCrossEntropy(torch.autograd.Function):
-    """The loss above in one pass over the (B, T, V) scores each way.
-
-    With p = softmax(x):
-
-        d loss / d x_k = p_k - (1 - eps) [k = y] - eps / V,    d nll / d x_k = p_k - [k = y].
+    """The loss above in one pass over the (B, T, V) scores each way (with `compiled`; eagerly, a few).
 
     Autograd through `log_softmax`, `gather` and `sum` writes four (B, T, V) tensors in the backward
-    pass (a zero-filled scatter among them); this writes one, the gradient, in place.
+    pass (a zero-filled scatter among them) and keeps the float32 log-probabilities in between; this
+    keeps the scores as they are and one number per position, and writes one tensor, the gradient.
     """
 
     @staticmethod
-    def forward(ctx, logits, targets, mask, epsilon):
-        lprobs = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-        nll = -lprobs.gather(-1, targets[..., None]).squeeze(-1)  # -log p_y, (B, T)
-        smooth = -lprobs.sum(-1)  # sum_k -log p_k, (B, T)
-        weight = mask.to(lprobs.dtype)
-        loss = ((1.0 - epsilon) * nll + (epsilon / lprobs.size(-1)) * smooth) * weight
-        ctx.save_for_backward(lprobs, targets, weight)
-        ctx.epsilon, ctx.dtype = epsilon, logits.dtype
-        return loss.sum(), (nll * weight).sum()
+    def forward(ctx, logits, targets, mask, epsilon, compiled):
+        weight = mask.to(torch.float32)
+        loss, nll, lse = _run(compiled, 0, logits, targets, weight, epsilon)
+        ctx.save_for_backward(logits, lse, targets, weight)
+        ctx.epsilon, ctx.compiled = epsilon, compiled
+        return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
-        lprobs, targets, weight = ctx.saved_tensors
-        eps, vocab_size = ctx.epsilon, lprobs.size(-1)
-        scale = (weight * (grad_loss + grad_nll))[..., None]  # (B, T, 1)
-        grad = lprobs.exp().mul_(scale)  # p * scale, (B, T, V)
-        grad.sub_((weight * (grad_loss * (eps / vocab_size)))[..., None])
-        at_target = (weight * (grad_loss * (1.0 - eps) + grad_nll))[..., None]
-        grad.scatter_add_(-1, targets[..., None], -at_target)
-        return grad.to(ctx.dtype), None, None, None
+        logits, lse, targets, weight = ctx.saved_tensors
+        args = (logits, lse, targets, weight, grad_loss.float(), grad_nll.float(), ctx.epsilon)
+        return _run(ctx.compiled, 1, *args), None, None, None, None
 
 
 __all__ = ["SmoothedLoss", "label_smoothed_cross_entropy", "target_mask"]

@@ -174,6 +174,9 @@ class TrainRecipe:
     None: what `accelerate config` / `accelerate launch` say; otherwise this."""
     compile: StrictBool = False
     """Run the model through `torch.compile`."""
+    compile_loss: StrictBool = True
+    """Run the loss's two passes over the (B, T, V) scores through `torch.compile` (one fused loop each;
+    the same numbers to rounding); eagerly, with a warning, where there is no C++ compiler."""
 
     # --- how long -----------------------------------------------------------------------------
     max_steps: PositiveInt | None = 100000
@@ -240,6 +243,7 @@ RESUMABLE_CHANGES = frozenset(
         "tokenizer",
         "num_proc",
         "compile",
+        "compile_loss",
         "max_steps",
         "max_epochs",
         "max_time",

@@ -158,6 +158,11 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
         done_steps=state.scheduler_steps,  # a function of the step: rebuilt, never unpickled
     )
     model, optimizer = accelerator.prepare(model, optimizer)
+    # Under mixed precision, accelerate wraps the model's forward in autocast and in a cast of its
+    # outputs to float32: a (B, T, V) copy of the scores, and of their gradient, every step. The loss
+    # reads half-precision scores itself (in float32), so that wrapper goes (in place, the prepared
+    # model keeps its other wrappers) and the loop runs the forward under `accelerator.autocast()`.
+    accelerator.unwrap_model(model, keep_fp32_wrapper=False)
 
     # 4. Resume, or start: the training state and the run's files.
     if checkpoint is not None:

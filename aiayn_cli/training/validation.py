@@ -18,12 +18,15 @@ from .loss import label_smoothed_cross_entropy
 
 
 @torch.no_grad()
-def validation_loss(model, batches: Iterable[dict], accelerator, epsilon: float) -> dict[str, float]:
+def validation_loss(
+    model, batches: Iterable[dict], accelerator, epsilon: float, compiled_loss: bool = False
+) -> dict[str, float]:
     """Label-smoothed loss, nll and perplexity per target token over all processes' batches.
 
     Args:
         model: the unwrapped model (no collective calls: processes may hold different numbers of batches).
         batches: this process's collated validation batches.
+        compiled_loss: the loss through `torch.compile` (see `label_smoothed_cross_entropy`).
     """
     was_training = model.training
     model.eval()
@@ -39,7 +42,7 @@ def validation_loss(model, batches: Iterable[dict], accelerator, epsilon: float)
                 decoder_input_ids=decoder_input_ids,
                 use_cache=False,
             ).logits
-        out = label_smoothed_cross_entropy(logits, batch["labels"], epsilon, config.pad_token_id)
+        out = label_smoothed_cross_entropy(logits, batch["labels"], epsilon, config.pad_token_id, compiled_loss)
         sums += torch.stack([out.loss.double(), out.nll.double(), out.ntokens.double()])
     model.train(was_training)
     loss, nll, ntokens = accelerator.reduce(sums, reduction="sum").tolist()
