@@ -116,6 +116,31 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(monk
     assert all(torch.isfinite(t).all() for t in weights(out / "checkpoint-2").values())
 
 
+def test_under_bf16_the_loss_reads_the_bf16_scores_compiled(monkeypatch, capsys, task, tmp_path):
+    # accelerate's float32 cast of the model's outputs is taken off: the scores reach the loss in bf16
+    import aiayn_cli.training.loop as loop
+    import aiayn_cli.training.validation as validation
+
+    calls = []
+
+    def spy(real):
+        def loss(logits, *args, **kwargs):
+            calls.append((logits.dtype, args[-1]))  # the last argument: compiled
+            return real(logits, *args, **kwargs)
+
+        return loss
+
+    monkeypatch.setattr(loop, "label_smoothed_cross_entropy", spy(loop.label_smoothed_cross_entropy))
+    monkeypatch.setattr(validation, "label_smoothed_cross_entropy", spy(validation.label_smoothed_cross_entropy))
+    out = tmp_path / "run"
+    code, _, err = aiayn(
+        monkeypatch, capsys, *_quick_args(task["data"], task["tokenizer"], out, 2, "--set", "mixed_precision=bf16")
+    )
+    assert code == 0, err
+    assert len(calls) > 2 and set(calls) == {(torch.bfloat16, True)}, calls  # training steps and validation
+    assert all(torch.isfinite(t).all() for t in weights(out / "checkpoint-2").values())
+
+
 def _signal_when(process, condition, number: int, then_wait: float, timeout: float = 300.0) -> bool:
     """Send `number` to `process` `then_wait` seconds after `condition()` holds; False if it ended first."""
     deadline = time.monotonic() + timeout
