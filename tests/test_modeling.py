@@ -352,6 +352,17 @@ def test_dropout_keeps_1_minus_p_and_scales_what_it_keeps(dtype):
     assert torch.equal(first, Dropout(0.3).train()(x))  # the seed decides the mask
 
 
+def test_dropout_masks_from_both_halves_of_each_random_draw_keep_1_minus_p():
+    """Each 32-bit draw serves two neighbouring elements: both must be kept with probability 1 - p,
+    independently of each other."""
+    torch.manual_seed(0)
+    kept = dropout_function(torch.ones(1_000_000), 0.3) != 0
+    even, odd = kept[0::2].float(), kept[1::2].float()
+    assert abs(even.mean().item() - 0.7) < 0.003 and abs(odd.mean().item() - 0.7) < 0.003
+    assert abs((even * odd).mean().item() - 0.49) < 0.003  # independent: P(both kept) = 0.7^2
+    assert abs((dropout_function(torch.ones(999_999), 0.9) != 0).float().mean().item() - 0.1) < 0.002
+
+
 def test_bf16_training_attention_is_written_out_and_matches_the_fused_kernel(monkeypatch):
     """In training in bf16 on a CPU, equation (1) is computed in three steps (the fused kernel's
     backward is several times slower there); the result is the fused kernel's, to bf16's precision."""

@@ -1,0 +1,77 @@
+"""The benchmarks still run: each one end to end at the smallest sizes, on data the test makes.
+
+Nothing here is timed: the checks are that every system ran, did the work the benchmark says it
+does, and that the table and ratios were printed. A change elsewhere (a recipe key, a renamed
+function) that breaks a benchmark fails here instead of at the next measurement.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+
+import pytest
+from conftest import REPO_ROOT, cli_env
+from corpora import make_pairs, write_text_split
+
+BENCHMARKS = REPO_ROOT / "benchmarks"
+
+
+def _run(script: str, *args: str, timeout: float = 600) -> str:
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(),
+    )
+    assert result.returncode == 0, f"{script} failed:\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def test_bench_decode_runs_every_system(tmp_path):
+    out = tmp_path / "rows.json"
+    stdout = _run(
+        "bench_decode.py",
+        *("--dims", "tiny", "--vocab", "120", "--batch", "1", "3", "--beams", "2", "--new-tokens", "5"),
+        *("--min-src", "3", "--max-src", "7", "--threads", "1", "--repeats", "1", "--dtype", "fp32", "int8"),
+        *("--json", str(out)),
+    )
+    assert "get_cpu_capability()" in stdout and "bf16 native" in stdout  # the header names the CPU
+    rows = json.loads(out.read_text())
+    assert [(row["dims"], row["batch"]) for row in rows] == [("tiny", 1), ("tiny", 3)]
+    systems = ["aiayn", "aiayn_int8", "hf_marian"]
+    if importlib.util.find_spec("ctranslate2") is not None:
+        systems += ["ctranslate2", "ctranslate2_int8"]
+    for row in rows:
+        for name in systems:
+            # (each system's run asserts that it decoded exactly --new-tokens per sentence)
+            assert row[f"{name}_tok_s"] > 0 and len(row[f"{name}_times"]) == 1, (name, row)
+        assert row["aiayn/hf_marian"] > 0
+        if "ctranslate2" in systems:
+            assert row["aiayn/ctranslate2"] > 0 and row["aiayn_int8/ctranslate2_int8"] > 0
+
+
+@pytest.mark.slow
+def test_bench_train_runs_every_side_on_a_small_corpus(tmp_path):
+    corpus = tmp_path / "corpus"
+    write_text_split(corpus, "train", make_pairs(300, seed=3))
+    stdout = _run(
+        "bench_train.py",
+        *("--multi30k", str(corpus), "--seconds", "3", "--rounds", "1", "--preset", "tiny"),
+        *("--precision", "fp32", "--max-tokens", "512", "--allocator", "system", "--threads", "1"),
+        timeout=900,
+    )
+    assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
+    for side in ("aiayn", "HF grouped", "HF default"):
+        row = re.search(rf"^{re.escape(side)}\s+(\d+)\s+([\d,]+)", stdout, re.M)
+        assert row, f"no row for {side}:\n{stdout}"
+        steps, tokens = int(row[1]), int(row[2].replace(",", ""))
+        assert steps > 0 and tokens > 0, side
+    for peer in ("HF grouped", "HF default"):
+        ratio = re.search(rf"aiayn / {peer}: non-pad tokens ([\d.]+)x", stdout)
+        assert ratio and float(ratio[1]) > 0, stdout
