@@ -19,11 +19,15 @@ How the comparison is made fair:
   weights would otherwise give arbitrary lengths; this way each system computes T decoder steps
   for B sentences x 4 beams, and throughput is B * T / seconds, encoder included.
 * The same threads: `torch.set_num_threads(n)` for both PyTorch systems and `intra_threads=n`,
-  `inter_threads=1` for CTranslate2. n is a budget that aiayn's `decode()` may use less of: a batch
-  whose steps hold few rows decodes on one thread (`ONE_THREAD_MAX_ELEMENTS` in
-  `aiayn_cli/decoding/search.py`), as it does in `aiayn translate`. With `--threads 1 2` a second
-  table gives every system at its fastest measured thread count, so that a peer is not held to a
-  thread count that slows it.
+  `inter_threads=1` for CTranslate2. n is a budget that aiayn's `decode()` uses its own way: a batch
+  of at least 2 sentences per thread is split into n parts, each decoded on one thread of its own
+  (`parallel_parts` in `aiayn_cli/decoding/search.py`), and a batch whose steps hold few rows
+  decodes on one thread (`ONE_THREAD_MAX_ELEMENTS`), as in `aiayn translate`. CTranslate2 can work
+  the same way, so where aiayn splits, it is measured that way too (`ctranslate2_inter`:
+  `inter_threads=n`, `intra_threads=1`, `max_batch_size` = the batch / n, so that its n model
+  replicas decode the parts at once); the best of its two is the one to compare with. With
+  `--threads 1 2` a second table gives every system at its fastest measured thread count, so that a
+  peer is not held to a thread count that slows it.
 * Measured in one run, alternating the systems within each repetition; the median of the
   repetitions is reported (other processes on the machine make single timings noisy).
 * `--dtype int8` adds aiayn with int8 weights for the linear maps (`aiayn translate --dtype int8`) and
@@ -151,11 +155,14 @@ def build_ctranslate2(folder: Path, vocab: int) -> str:
     return str(out)
 
 
-def ctranslate2_translator(folder: str, compute_type: str, threads: int):
+def ctranslate2_translator(folder: str, compute_type: str, threads: int, inter: bool = False):
+    """`threads` for each operation (`intra_threads`), or with `inter`, one thread per batch and
+    `threads` batches at once (`inter_threads`: one model replica per thread)."""
     import ctranslate2
 
+    intra, inter = (1, threads) if inter else (threads, 1)
     return ctranslate2.Translator(
-        folder, device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1
+        folder, device="cpu", compute_type=compute_type, intra_threads=intra, inter_threads=inter
     )
 
 
@@ -189,12 +196,12 @@ def run_marian(model, ids, mask, steps: int, beams: int) -> int:
     return steps * ids.size(0)
 
 
-def run_ctranslate2(translator, sentences: list[list[str]], steps: int, beams: int) -> int:
+def run_ctranslate2(translator, sentences: list[list[str]], steps: int, beams: int, max_batch_size: int = 0) -> int:
     results = translator.translate_batch(
         sentences,
         beam_size=beams,
         length_penalty=0.6,
-        max_batch_size=0,
+        max_batch_size=max_batch_size,
         min_decoding_length=steps,
         max_decoding_length=steps,
         max_input_length=0,
@@ -266,6 +273,10 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
             translator = ctranslate2_translator(ct2_folder, {"fp32": "float32"}.get(dtype, dtype), threads)
             name = "ctranslate2" if dtype == "fp32" else f"ctranslate2_{dtype}"
             systems[name] = lambda t=translator: run_ctranslate2(t, ct2_sentences, steps, beams)
+            if threads > 1 and batch >= 2 * threads:  # as aiayn splits a batch: one part per thread
+                translator = ctranslate2_translator(ct2_folder, {"fp32": "float32"}.get(dtype, dtype), threads, True)
+                part = -(-batch // threads)  # max_batch_size: CTranslate2 decodes the parts on its replicas
+                systems[f"{name}_inter"] = lambda t=translator: run_ctranslate2(t, ct2_sentences, steps, beams, part)
     for fn in systems.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {name: [] for name in systems}
@@ -293,11 +304,14 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
 RATIOS = [
     ("aiayn", "hf_marian"),
     ("aiayn", "ctranslate2"),
+    ("aiayn", "ctranslate2_inter"),
     ("aiayn_bf16", "hf_marian_bf16"),
     ("aiayn_bf16", "hf_marian"),
     ("aiayn_bf16", "ctranslate2"),
+    ("aiayn_bf16", "ctranslate2_inter"),
     ("aiayn_int8", "aiayn"),
     ("aiayn_int8", "ctranslate2_int8"),
+    ("aiayn_int8", "ctranslate2_int8_inter"),
     ("ctranslate2_int8", "ctranslate2"),
 ]
 
@@ -322,20 +336,26 @@ def hardware() -> str:
     )
 
 
+def system_names(rows: list[dict]) -> list[str]:
+    """The systems measured in any row, in the order they were first measured."""
+    return list(dict.fromkeys(n[: -len("_tok_s")] for r in rows for n in r if n.endswith("_tok_s")))
+
+
 def print_table(rows: list[dict]) -> None:
-    names = [n[: -len("_tok_s")] for n in rows[0] if n.endswith("_tok_s")]
-    ratios = [f"{a}/{b}" for a, b in RATIOS if f"{a}/{b}" in rows[0]]
+    names = system_names(rows)
+    ratios = [f"{a}/{b}" for a, b in RATIOS if any(f"{a}/{b}" in r for r in rows)]
     print("| dims | batch | threads | " + " | ".join(f"{n} tok/s" for n in names) + " | " + " | ".join(ratios) + " |")
     print("|---" * (3 + len(names) + len(ratios)) + "|")
     for r in rows:
-        cells = [f"{r[f'{n}_tok_s']:.0f}" for n in names] + [f"{r[k]:.2f}x" for k in ratios]
+        cells = [f"{r[f'{n}_tok_s']:.0f}" if f"{n}_tok_s" in r else "-" for n in names]
+        cells += [f"{r[k]:.2f}x" if k in r else "-" for k in ratios]
         print(f"| {r['dims']} | {r['batch']} | {r['threads']} | " + " | ".join(cells) + " |")
 
 
 def print_best_table(rows: list[dict]) -> None:
     """Each system at its fastest of the measured thread counts, per dims and batch (ratios of those
     medians): the comparison with every peer configured as well as the measured counts allow."""
-    names = [n[: -len("_tok_s")] for n in rows[0] if n.endswith("_tok_s")]
+    names = system_names(rows)
     ratios = [(a, b) for a, b in RATIOS if a in names and b in names]
     print("\nEach system at its fastest measured thread count (in brackets):\n")
     header = " | ".join(f"{n} tok/s" for n in names) + " | " + " | ".join(f"{a}/{b}" for a, b in ratios)
@@ -343,9 +363,13 @@ def print_best_table(rows: list[dict]) -> None:
     print("|---" * (2 + len(names) + len(ratios)) + "|")
     for dims, batch in dict.fromkeys((r["dims"], r["batch"]) for r in rows):
         group = [r for r in rows if (r["dims"], r["batch"]) == (dims, batch)]
-        best = {n: max(group, key=lambda r: r[f"{n}_tok_s"]) for n in names}
-        cells = [f"{best[n][f'{n}_tok_s']:.0f} ({best[n]['threads']})" for n in names]
-        cells += [f"{best[a][f'{a}_tok_s'] / best[b][f'{b}_tok_s']:.2f}x" for a, b in ratios]
+        best = {
+            n: max((r for r in group if f"{n}_tok_s" in r), key=lambda r: r[f"{n}_tok_s"], default=None) for n in names
+        }
+        cells = [f"{best[n][f'{n}_tok_s']:.0f} ({best[n]['threads']})" if best[n] else "-" for n in names]
+        cells += [
+            f"{best[a][f'{a}_tok_s'] / best[b][f'{b}_tok_s']:.2f}x" if best[a] and best[b] else "-" for a, b in ratios
+        ]
         print(f"| {dims} | {batch} | " + " | ".join(cells) + " |")
 
 

@@ -37,23 +37,35 @@ def test_bench_decode_runs_every_system(tmp_path):
     out = tmp_path / "rows.json"
     stdout = _run(
         "bench_decode.py",
-        *("--dims", "tiny", "--vocab", "120", "--batch", "1", "3", "--beams", "2", "--new-tokens", "5"),
-        *("--min-src", "3", "--max-src", "7", "--threads", "1", "--repeats", "1", "--dtype", "fp32", "int8"),
+        *("--dims", "tiny", "--vocab", "120", "--batch", "1", "4", "--beams", "2", "--new-tokens", "5"),
+        *("--min-src", "3", "--max-src", "7", "--threads", "1", "2", "--repeats", "1", "--dtype", "fp32", "int8"),
         *("--json", str(out)),
     )
     assert "get_cpu_capability()" in stdout and "bf16 native" in stdout  # the header names the CPU
+    assert "fastest measured thread count" in stdout  # the second table, with --threads 1 2
     rows = json.loads(out.read_text())
-    assert [(row["dims"], row["batch"]) for row in rows] == [("tiny", 1), ("tiny", 3)]
+    assert [(row["dims"], row["batch"], row["threads"]) for row in rows] == [
+        ("tiny", 1, 1),
+        ("tiny", 1, 2),
+        ("tiny", 4, 1),
+        ("tiny", 4, 2),
+    ]
     systems = ["aiayn", "aiayn_int8", "hf_marian"]
-    if importlib.util.find_spec("ctranslate2") is not None:
+    ct2 = importlib.util.find_spec("ctranslate2") is not None
+    if ct2:
         systems += ["ctranslate2", "ctranslate2_int8"]
     for row in rows:
         for name in systems:
             # (each system's run asserts that it decoded exactly --new-tokens per sentence)
             assert row[f"{name}_tok_s"] > 0 and len(row[f"{name}_times"]) == 1, (name, row)
         assert row["aiayn/hf_marian"] > 0
-        if "ctranslate2" in systems:
+        if ct2:
             assert row["aiayn/ctranslate2"] > 0 and row["aiayn_int8/ctranslate2_int8"] > 0
+            # CTranslate2 with one replica per thread, where aiayn splits the batch over threads
+            split = row["batch"] >= 2 * row["threads"] and row["threads"] > 1
+            assert ("aiayn/ctranslate2_inter" in row) == split and ("ctranslate2_int8_inter_tok_s" in row) == split
+    if ct2:
+        assert "ctranslate2_inter tok/s" in stdout
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ against slow, obvious references."""
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -493,6 +494,7 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(search_module, "beam_search", recording)
+    monkeypatch.setattr(search_module, "MIN_SENTENCES_PER_THREAD", 1000)  # no batch split over threads
     model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 32 sentences = 8,192 elements
     options = DecodingOptions(num_beams=4, max_len_a=0.0, max_len_b=4)
     torch.set_num_threads(2)
@@ -504,6 +506,51 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
     monkeypatch.setattr(search_module, "beam_search", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         decode(model, *source_batch([5]), options)
+    assert torch.get_num_threads() == 2
+
+
+def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
+    """With several CPU threads a small batch is split, one part per thread, each part decoded on one
+    thread in a worker of its own; every sentence gets the hypotheses it gets on one thread, the
+    thread count comes back, and a worker's error reaches the caller."""
+    import aiayn_cli.decoding.search as search_module
+
+    model = tiny_model()
+    lengths = [2 + (5 * i) % 9 for i in range(13)]
+    ids, mask = source_batch(lengths, seed=4)
+    options = DecodingOptions(num_beams=3, nbest=2, max_len_a=0.5, max_len_b=4)
+    alone = decode(model, ids, mask, options)  # one thread (the fixture): no split
+    assert search_module.parallel_parts(13, 3, 64, options, ids.device) == 1
+
+    seen = []
+    real = search_module.beam_search
+
+    def recording(decoder, max_lens, *args, **kwargs):
+        seen.append((threading.current_thread().name, torch.get_num_threads(), len(max_lens)))
+        return real(decoder, max_lens, *args, **kwargs)
+
+    monkeypatch.setattr(search_module, "beam_search", recording)
+    torch.set_num_threads(2)
+    assert search_module.parallel_parts(13, 3, 64, options, ids.device) == 2  # 13 x 3 rows x d_model 64
+    assert search_module.parallel_parts(3, 3, 64, options, ids.device) == 1  # fewer than 2 sentences a thread
+    assert search_module.parallel_parts(43, 3, 64, options, ids.device) == 1  # > 8,192: threads share each step
+    assert search_module.parallel_parts(13, 3, 64, DecodingOptions(do_sample=True), ids.device) == 1
+    together = decode(model, ids, mask, options)
+    assert sorted(n for _, _, n in seen) == [6, 7] and all(t == 1 for _, t, _ in seen)
+    assert all(name.startswith("aiayn-decode") for name, _, _ in seen)
+    assert torch.get_num_threads() == 2
+    assert [[h.tokens for h in hyps] for hyps in together] == [[h.tokens for h in hyps] for hyps in alone]
+    for a, b in zip(together, alone):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+    prepared = PreparedModel(model)  # each part's cache memory is kept for the next batch's parts
+    assert decode(model, ids, mask, options, prepared) == together
+    kept = {memory[0].data_ptr() for memory in prepared._spare}
+    assert len(kept) == 2
+    assert decode(model, ids, mask, options, prepared) == together
+    assert {memory[0].data_ptr() for memory in prepared._spare} == kept
+    monkeypatch.setattr(search_module, "beam_search", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        decode(model, ids, mask, options)
     assert torch.get_num_threads() == 2
 
 

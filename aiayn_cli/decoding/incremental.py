@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import threading
 import warnings
 
 import torch
@@ -199,30 +200,38 @@ class PreparedModel:
             _int8_linears(modules)
         _replace_leaves(modules, int8=dtype == "int8")
         self.encoder, self.decoder, self.lm_head = modules.encoder, modules.decoder, modules.lm_head
-        self._spare: list[list[torch.Tensor]] = []  # the cache memory of the last finished decode
+        self._spare: list[list[torch.Tensor]] = []  # the cache memory of finished decodes, smallest first
+        self._lock = threading.Lock()  # decoders of one `decode()` run on threads of their own
+        self._lent = self._most_lent = 0  # memory held by decoders now, and the most at once so far
 
     def take_memory(self, numel: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-        """Two flat tensors of at least `numel` elements for a `DecodingState`: those a finished decode
-        gave back (`give_back`) where they are large enough, else new ones.
+        """Two flat tensors of at least `numel` elements for a `DecodingState`: the smallest that a
+        finished decode gave back (`give_back`) where one is large enough, else new ones.
 
         A batch's key/value cache is tens to hundreds of MB. Allocated anew for every batch, each of
         its pages is faulted in (zeroed by the kernel) again, which at beam 4 and 32 sentences costs
         about a tenth of the decoding time. Taken memory belongs to one decoder until it is given back,
         so decoders that run at the same time (threads, or interleaved by hand) never share it.
         """
-        try:
-            memory = self._spare.pop()
-        except IndexError:  # none spare: the first decode, or another one holds it
-            memory = None
-        if memory is None or memory[0].numel() < numel or memory[0].dtype != dtype or memory[0].device != device:
-            memory = None  # the old tensors go before the new ones are made
-            memory = [torch.empty(numel, dtype=dtype, device=device) for _ in range(2)]
-        return memory
+        with self._lock:
+            self._lent += 1
+            self._most_lent = max(self._most_lent, self._lent)
+            for i, (spare, _) in enumerate(self._spare):  # smallest first
+                if spare.numel() >= numel and spare.dtype == dtype and spare.device == device:
+                    return self._spare.pop(i)
+            if self._spare:  # none fits: the smallest goes before the new tensors are made
+                del self._spare[0]
+        return [torch.empty(numel, dtype=dtype, device=device) for _ in range(2)]
 
     def give_back(self, memory: list[torch.Tensor]) -> None:
-        """Keep a finished decode's cache memory for the next `take_memory`, in place of what was kept
-        (one decode after another: the largest so far, since smaller decodes reuse it)."""
-        self._spare[:] = [memory]
+        """Keep a finished decode's cache memory for the next `take_memory`: the largest memories, as many
+        as decoders have held at once (one, for decodes one after another; one per thread for a batch
+        split over threads)."""
+        with self._lock:
+            self._lent -= 1
+            self._spare.append(memory)
+            self._spare.sort(key=lambda m: m[0].numel())
+            del self._spare[: max(0, len(self._spare) - self._most_lent)]
 
 
 def encode(
