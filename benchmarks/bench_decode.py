@@ -20,14 +20,16 @@ How the comparison is made fair:
   for B sentences x 4 beams, and throughput is B * T / seconds, encoder included.
 * The same threads: `torch.set_num_threads(n)` for both PyTorch systems and `intra_threads=n`,
   `inter_threads=1` for CTranslate2. n is a budget that aiayn's `decode()` uses its own way: a batch
-  of at least 2 sentences per thread is split into n parts, each decoded on one thread of its own
-  (`parallel_parts` in `aiayn_cli/decoding/search.py`), and a batch whose steps hold few rows
-  decodes on one thread (`ONE_THREAD_MAX_ELEMENTS`), as in `aiayn translate`. CTranslate2 can work
-  the same way, so where aiayn splits, it is measured that way too (`ctranslate2_inter`:
-  `inter_threads=n`, `intra_threads=1`, `max_batch_size` = the batch / n, so that its n model
-  replicas decode the parts at once); the best of its two is the one to compare with. With
-  `--threads 1 2` a second table gives every system at its fastest measured thread count, so that a
-  peer is not held to a thread count that slows it.
+  with at least 64 rows (sentences x beams) per thread is split into n parts, each decoded on one
+  thread of its own (`parallel_parts` in `aiayn_cli/decoding/search.py`), and a batch whose steps
+  hold few rows decodes on one thread (`ONE_THREAD_MAX_ELEMENTS`), as in `aiayn translate`.
+  CTranslate2 can split a batch too, so with n > 1 it is also measured that way from 2 sentences a
+  thread on (`ctranslate2_inter`: `inter_threads=n`, `intra_threads=1`, `max_batch_size` = the
+  batch / n, so that its n model replicas decode the parts at once); the better of its two is the
+  peer to compare with. CTranslate2 sets the OpenMP thread count of the thread that builds or runs
+  a translator, which PyTorch reads as its own, so the count is set again before every run. With
+  `--threads 1 2` a second table gives every system at its fastest measured thread count, so that
+  a peer is not held to a thread count that slows it.
 * Measured in one run, alternating the systems within each repetition; the median of the
   repetitions is reported (other processes on the machine make single timings noisy).
 * `--dtype int8` adds aiayn with int8 weights for the linear maps (`aiayn translate --dtype int8`) and
@@ -278,12 +280,16 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
                 part = -(-batch // threads)  # max_batch_size: CTranslate2 decodes the parts on its replicas
                 systems[f"{name}_inter"] = lambda t=translator: run_ctranslate2(t, ct2_sentences, steps, beams, part)
     for fn in systems.values():  # warm-up
+        torch.set_num_threads(threads)
         fn()
     times: dict[str, list[float]] = {name: [] for name in systems}
     tokens = {}
     for repeat in range(args.repeats):
         order = list(systems) if repeat % 2 == 0 else list(reversed(systems))  # no system always runs first
         for name in order:
+            # CTranslate2 sets the OpenMP thread count of the thread that builds or runs a translator
+            # (one replica per thread: 1), which PyTorch reads as its own: set it again before every run.
+            torch.set_num_threads(threads)
             seconds, tokens[name] = timed(systems[name], args.device)
             times[name].append(seconds)
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}

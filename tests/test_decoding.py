@@ -494,12 +494,12 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(search_module, "beam_search", recording)
-    monkeypatch.setattr(search_module, "MIN_SENTENCES_PER_THREAD", 1000)  # no batch split over threads
-    model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 32 sentences = 8,192 elements
+    monkeypatch.setattr(search_module, "SPLIT_MIN_ROWS", 10**6)  # no batch split over threads
+    model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 16 sentences = 4,096 elements
     options = DecodingOptions(num_beams=4, max_len_a=0.0, max_len_b=4)
     torch.set_num_threads(2)
-    assert model.config.d_model * 4 * 32 == search_module.ONE_THREAD_MAX_ELEMENTS
-    for sentences, threads in [(1, 1), (32, 1), (33, 2)]:
+    assert model.config.d_model * 4 * 16 == search_module.ONE_THREAD_MAX_ELEMENTS
+    for sentences, threads in [(1, 1), (16, 1), (17, 2)]:
         ids, mask = source_batch([5] * sentences)
         decode(model, ids, mask, options)
         assert seen.pop() == threads and torch.get_num_threads() == 2
@@ -510,17 +510,17 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
 
 
 def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
-    """With several CPU threads a small batch is split, one part per thread, each part decoded on one
+    """With several CPU threads a large batch is split, one part per thread, each part decoded on one
     thread in a worker of its own; every sentence gets the hypotheses it gets on one thread, the
     thread count comes back, and a worker's error reaches the caller."""
     import aiayn_cli.decoding.search as search_module
 
     model = tiny_model()
-    lengths = [2 + (5 * i) % 9 for i in range(13)]
+    lengths = [2 + (5 * i) % 9 for i in range(43)]
     ids, mask = source_batch(lengths, seed=4)
     options = DecodingOptions(num_beams=3, nbest=2, max_len_a=0.5, max_len_b=4)
     alone = decode(model, ids, mask, options)  # one thread (the fixture): no split
-    assert search_module.parallel_parts(13, 3, 64, options, ids.device) == 1
+    assert search_module.parallel_parts(43, 3, options, ids.device) == 1
 
     seen = []
     real = search_module.beam_search
@@ -531,12 +531,11 @@ def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
 
     monkeypatch.setattr(search_module, "beam_search", recording)
     torch.set_num_threads(2)
-    assert search_module.parallel_parts(13, 3, 64, options, ids.device) == 2  # 13 x 3 rows x d_model 64
-    assert search_module.parallel_parts(3, 3, 64, options, ids.device) == 1  # fewer than 2 sentences a thread
-    assert search_module.parallel_parts(43, 3, 64, options, ids.device) == 1  # > 8,192: threads share each step
-    assert search_module.parallel_parts(13, 3, 64, DecodingOptions(do_sample=True), ids.device) == 1
+    assert search_module.parallel_parts(43, 3, options, ids.device) == 2  # 129 rows: 64 a thread
+    assert search_module.parallel_parts(42, 3, options, ids.device) == 1  # 126 rows: threads share each step
+    assert search_module.parallel_parts(43, 3, DecodingOptions(do_sample=True), ids.device) == 1
     together = decode(model, ids, mask, options)
-    assert sorted(n for _, _, n in seen) == [6, 7] and all(t == 1 for _, t, _ in seen)
+    assert sorted(n for _, _, n in seen) == [21, 22] and all(t == 1 for _, t, _ in seen)
     assert all(name.startswith("aiayn-decode") for name, _, _ in seen)
     assert torch.get_num_threads() == 2
     assert [[h.tokens for h in hyps] for hyps in together] == [[h.tokens for h in hyps] for hyps in alone]

@@ -356,9 +356,9 @@ def decode(
 ) -> list[list[Hypothesis]]:
     """Translate one padded batch: each sentence's hypotheses, best first (`options.nbest` of them).
 
-    On a CPU with several threads (`torch.set_num_threads`) a small batch of several sentences is
-    split into one part per thread, each decoded on one thread of its own (`parallel_parts`); a
-    sentence's hypotheses do not depend on the sentences decoded beside it, so the result is the same.
+    On a CPU with several threads (`torch.set_num_threads`) a large batch is split into one part per
+    thread, each decoded on one thread of its own (`parallel_parts`); a sentence's hypotheses do not
+    depend on the sentences decoded beside it, so the result is the same.
 
     Args:
         input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch, on the model's device.
@@ -371,7 +371,7 @@ def decode(
     else:
         lengths = attention_mask.sum(-1).tolist()
     max_lens = max_output_lengths(lengths, options, output_length_cap(model))
-    parts = parallel_parts(len(max_lens), _rows_per_sentence(options), model.config.d_model, options, input_ids.device)
+    parts = parallel_parts(len(max_lens), _rows_per_sentence(options), options, input_ids.device)
     if parts == 1:
         return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared)
     prepared = prepared if prepared is not None else PreparedModel(model)  # once, for every part
@@ -428,34 +428,33 @@ def _decode_on_one_thread(model, input_ids, attention_mask, max_lens, options, p
         return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared)
 
 
-# A decoding step's matrix products are (rows, d_model) times a weight: below this many elements in
-# the rows, splitting them over CPU threads costs more in synchronisation than it saves. Measured
-# with `benchmarks/bench_decode.py --threads 1 2 --no-hf` on 2-core AMD EPYCs, beam 4: one thread
-# decodes batches of 1 sentence 1.9x (small) and 1.3x (base) faster than two, and batches of 8 at
-# small dimensions as fast (1.4x faster with AVX2 kernels only, on a busy machine); two threads win
-# from 8 sentences at base dimensions (rows x d_model = 16,384) on.
-ONE_THREAD_MAX_ELEMENTS = 8192
+# A decoding step's matrix products are (rows, d_model) times a weight: up to this many elements in
+# the rows, splitting them over CPU threads costs more in synchronisation than it saves. Measured on
+# a 2-core AMD EPYC (AVX512-BF16), idle, float32, beam 4, 30 steps, tokens/s on one thread / on two:
+# small dimensions, 1 sentence 337 / (earlier) 177; 8 sentences (rows x d_model = 8,192) 950 / 1,383;
+# base, 4 sentences (8,192) 143 / 238.
+ONE_THREAD_MAX_ELEMENTS = 4096
 
-# A batch is split over threads only where every thread gets at least this many sentences.
-MIN_SENTENCES_PER_THREAD = 2
+# Where every thread gets at least this many rows, a batch is split over the threads (`parallel_parts`).
+SPLIT_MIN_ROWS = 64
 
 
-def parallel_parts(sentences: int, rows_per_sentence: int, d_model: int, options: DecodingOptions, device) -> int:
+def parallel_parts(sentences: int, rows_per_sentence: int, options: DecodingOptions, device: torch.device) -> int:
     """Into how many parts `decode()` splits a batch of `sentences`, each part decoded on a CPU thread
-    of its own: where the batch's steps are too small for threads to share each operation (rows x
-    d_model <= `ONE_THREAD_MAX_ELEMENTS`), one part per thread of PyTorch's count, at least
-    `MIN_SENTENCES_PER_THREAD` sentences each; else 1 (the threads share each operation).
+    of its own: one part per thread of PyTorch's count where each gets at least `SPLIT_MIN_ROWS` rows
+    (sentences x beams), else 1 (the threads share each operation, or one thread decodes).
 
     Parts share no work: each thread runs every operation of its part alone, without waiting for the
-    other threads some 150 times per step, but each reads every weight itself. Measured on a 2-core
-    AMD EPYC (AVX512-BF16), float32, beam 4, 30 steps, tokens/s on one thread / threads sharing each
-    operation / one part per thread: small, 4 sentences 696 / 709 / 799, 8 sentences 903 / 903 / 1,231;
-    base, 2 sentences 101 / 100 / 121; but base, 8 sentences 169 / 289 / 223 (two threads streaming
-    base's 37,000 x 512 output matrix each) and 32 sentences, small 1,060 / 1,931 / 1,937, base
-    204 / 375 / 387. Not for sampling: its random numbers would then depend on the split."""
-    if device.type != "cpu" or options.do_sample or sentences * rows_per_sentence * d_model > ONE_THREAD_MAX_ELEMENTS:
+    other threads some 150 times per step, but each reads every weight itself, which costs where the
+    rows are few and the weights large. Measured on a 2-core AMD EPYC (AVX512-BF16), idle, float32,
+    beam 4, 30 steps, alternating, tokens/s with two threads sharing each operation / one part per
+    thread: small dimensions, 8 sentences 1,383 / 1,270, 32 sentences 1,817 / 2,052; base, 4 sentences
+    238 / 192, 8 sentences 293 / 281, 32 sentences 364 / 379. Not for sampling: its random numbers
+    would then depend on the split (and so on the thread count)."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or options.do_sample or sentences * rows_per_sentence < SPLIT_MIN_ROWS * threads:
         return 1
-    return max(1, min(torch.get_num_threads(), sentences // MIN_SENTENCES_PER_THREAD))
+    return min(threads, sentences)
 
 
 @contextmanager
@@ -474,8 +473,8 @@ def cpu_threads_for(elements: int, device: torch.device) -> Iterator[None]:
 
 
 __all__ = [
-    "MIN_SENTENCES_PER_THREAD",
     "ONE_THREAD_MAX_ELEMENTS",
+    "SPLIT_MIN_ROWS",
     "DecodingOptions",
     "Hypothesis",
     "beam_search",
