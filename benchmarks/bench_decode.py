@@ -30,8 +30,8 @@ How the comparison is made fair:
   a translator, which PyTorch reads as its own, so the count is set again before every run. With
   `--threads 1 2` a second table gives every system at its fastest measured thread count, so that
   a peer is not held to a thread count that slows it.
-* Measured in one run, alternating the systems within each repetition; the median of the
-  repetitions is reported (other processes on the machine make single timings noisy).
+* Measured in one run, alternating the systems within each repetition, each run 0.3 s after the
+  previous one (whose OpenMP threads may spin for up to 200 ms); the median of the repetitions is reported (other processes on the machine make single timings noisy).
 * `--dtype int8` adds aiayn with int8 weights for the linear maps (`aiayn translate --dtype int8`) and
   CTranslate2 with `compute_type="int8"` (its own int8 GEMM, quantized from the same float model).
 * `--dtype bf16` adds aiayn in bfloat16 (what `aiayn translate --dtype auto`, the default, chooses
@@ -290,6 +290,10 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
             # CTranslate2 sets the OpenMP thread count of the thread that builds or runs a translator
             # (one replica per thread: 1), which PyTorch reads as its own: set it again before every run.
             torch.set_num_threads(threads)
+            # and after the previous system's worker threads have gone to sleep: OpenMP runtimes keep
+            # them spinning for up to 200 ms after a parallel region (KMP_BLOCKTIME), on the cores the
+            # next system needs
+            time.sleep(0.3)
             seconds, tokens[name] = timed(systems[name], args.device)
             times[name].append(seconds)
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}

@@ -495,11 +495,11 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
 
     monkeypatch.setattr(search_module, "beam_search", recording)
     monkeypatch.setattr(search_module, "SPLIT_MIN_ROWS", 10**6)  # no batch split over threads
-    model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 16 sentences = 4,096 elements
+    model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 8 sentences = 2,048 elements
     options = DecodingOptions(num_beams=4, max_len_a=0.0, max_len_b=4)
     torch.set_num_threads(2)
-    assert model.config.d_model * 4 * 16 == search_module.ONE_THREAD_MAX_ELEMENTS
-    for sentences, threads in [(1, 1), (16, 1), (17, 2)]:
+    assert model.config.d_model * 4 * 8 == search_module.ONE_THREAD_MAX_ELEMENTS
+    for sentences, threads in [(1, 1), (8, 1), (9, 2)]:
         ids, mask = source_batch([5] * sentences)
         decode(model, ids, mask, options)
         assert seen.pop() == threads and torch.get_num_threads() == 2

@@ -429,11 +429,12 @@ def _decode_on_one_thread(model, input_ids, attention_mask, max_lens, options, p
 
 
 # A decoding step's matrix products are (rows, d_model) times a weight: up to this many elements in
-# the rows, splitting them over CPU threads costs more in synchronisation than it saves. Measured on
-# a 2-core AMD EPYC (AVX512-BF16), idle, float32, beam 4, 30 steps, tokens/s on one thread / on two:
-# small dimensions, 1 sentence 337 / (earlier) 177; 8 sentences (rows x d_model = 8,192) 950 / 1,383;
-# base, 4 sentences (8,192) 143 / 238.
-ONE_THREAD_MAX_ELEMENTS = 4096
+# the rows, splitting them over CPU threads costs more in synchronisation than it saves (one sentence
+# at beam 4: small 427 tokens/s on one thread against 177 on two, in an earlier measurement). Above it
+# two threads share each operation: on a 2-core AMD EPYC (AVX512-BF16), idle, float32, beam 4, 30
+# steps, tokens/s on one thread / on two, small dimensions, 4 sentences (4,096 elements) 812 / 1,222,
+# 8 sentences 1,008 / 1,521; base, 4 sentences (8,192) 153 / 250.
+ONE_THREAD_MAX_ELEMENTS = 2048
 
 # Where every thread gets at least this many rows, a batch is split over the threads (`parallel_parts`).
 SPLIT_MIN_ROWS = 64
@@ -446,11 +447,12 @@ def parallel_parts(sentences: int, rows_per_sentence: int, options: DecodingOpti
 
     Parts share no work: each thread runs every operation of its part alone, without waiting for the
     other threads some 150 times per step, but each reads every weight itself, which costs where the
-    rows are few and the weights large. Measured on a 2-core AMD EPYC (AVX512-BF16), idle, float32,
-    beam 4, 30 steps, alternating, tokens/s with two threads sharing each operation / one part per
-    thread: small dimensions, 8 sentences 1,383 / 1,270, 32 sentences 1,817 / 2,052; base, 4 sentences
-    238 / 192, 8 sentences 293 / 281, 32 sentences 364 / 379. Not for sampling: its random numbers
-    would then depend on the split (and so on the thread count)."""
+    rows are few. Measured on a 2-core AMD EPYC (AVX512-BF16), idle, float32, beam 4, 30 steps, 9
+    alternating repetitions, tokens/s with two threads sharing each operation / one part per thread:
+    small dimensions, 4 sentences 1,222 / 906, 8 sentences 1,521 / 1,279, 16 sentences 1,562 / 1,642,
+    32 sentences (another run, 5 repetitions) 1,817 / 2,052; base, 4 sentences 250 / 198, 8 sentences
+    293 / 281, 32 sentences 364 / 379. Not for sampling: its random numbers would then depend on the
+    split (and so on the thread count)."""
     threads = torch.get_num_threads()
     if device.type != "cpu" or options.do_sample or sentences * rows_per_sentence < SPLIT_MIN_ROWS * threads:
         return 1
