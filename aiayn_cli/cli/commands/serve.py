@@ -36,7 +36,8 @@ def serve(
         typer.Option(
             "--threads",
             min=1,
-            help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one.",
+            help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one, "
+            "large batches are split, one part per thread.",
             show_default=False,
         ),
     ] = None,

@@ -169,7 +169,7 @@ def translate(
             min=1,
             rich_help_panel=BATCHING,
             help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one, "
-            "which is faster there. 1 is faster on a busy machine.",
+            "which is faster there, and large batches are split, one part per thread. 1 is faster on a busy machine.",
             show_default=False,
         ),
     ] = None,
