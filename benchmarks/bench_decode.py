@@ -26,8 +26,9 @@ How the comparison is made fair:
   CTranslate2 can split a batch too, so with n > 1 it is also measured that way from 2 sentences a
   thread on (`ctranslate2_inter`: `inter_threads=n`, `intra_threads=1`, `max_batch_size` = the
   batch / n, so that its n model replicas decode the parts at once); the better of its two is the
-  peer to compare with. CTranslate2 sets the OpenMP thread count of the thread that builds or runs
-  a translator, which PyTorch reads as its own, so the count is set again before every run. With
+  peer to compare with. CTranslate2 runs in a process of its own: in the same process its OpenMP
+  calls reach the libgomp PyTorch loads (they set PyTorch's thread count, and PyTorch's two-thread
+  decoding ran at half speed after a CTranslate2 run). With
   `--threads 1 2` a second table gives every system at its fastest measured thread count, so that
   a peer is not held to a thread count that slows it.
 * Measured in one run, alternating the systems within each repetition, each run 0.3 s after the
@@ -52,6 +53,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -213,11 +215,32 @@ def run_ctranslate2(translator, sentences: list[list[str]], steps: int, beams: i
     return steps * len(sentences)
 
 
+# CTranslate2 runs in a process of its own: its OpenMP calls resolve to the libgomp that PyTorch
+# loads, and after one CTranslate2 run PyTorch's two-thread decoding in the same process was measured
+# at about half its speed (small dimensions, 8 sentences: 1,464 -> 782 tokens/s).
+_TRANSLATORS: dict = {}  # in that process: the current row's translators, by system name
+
+
+def _ct2_load(name: str, folder: str, compute_type: str, threads: int, inter: bool) -> None:
+    if name == "ctranslate2":  # a new row: the last row's translators go
+        _TRANSLATORS.clear()
+    _TRANSLATORS[name] = ctranslate2_translator(folder, compute_type, threads, inter)
+
+
+def _ct2_timed(name: str, sentences: list[list[str]], steps: int, beams: int, max_batch_size: int) -> tuple[float, int]:
+    start = time.perf_counter()
+    tokens = run_ctranslate2(_TRANSLATORS[name], sentences, steps, beams, max_batch_size)
+    return time.perf_counter() - start, tokens
+
+
 def timed(fn, device: str) -> tuple[float, int]:
+    """(seconds, tokens) of one run; a system in another process times itself and returns both."""
     synchronize(device)
     start = time.perf_counter()
     tokens = fn()
     synchronize(device)
+    if isinstance(tokens, tuple):
+        return tokens
     return time.perf_counter() - start, tokens
 
 
@@ -226,6 +249,18 @@ class Models:
 
     def __init__(self, args, workdir: Path):
         self.args, self.workdir, self.built = args, workdir, {}
+        self.ct2_pool = None
+
+    def ctranslate2_process(self):
+        """The process CTranslate2 runs in (started once)."""
+        if self.ct2_pool is None:
+            self.ct2_pool = multiprocessing.get_context("spawn").Pool(1)
+        return self.ct2_pool
+
+    def close(self) -> None:
+        if self.ct2_pool is not None:
+            self.ct2_pool.close()
+            self.ct2_pool.join()
 
     def get(self, dims: str, vocab: int) -> dict:
         if (dims, vocab) not in self.built:
@@ -271,14 +306,19 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
     ct2_folder = m["ct2"]
     ct2_reason = None if Path(ct2_folder).is_dir() else ct2_folder
     if ct2_reason is None:
+        pool = models.ctranslate2_process()
         for dtype in (d for d in args.dtype if d != "bf16"):  # no bfloat16 on CPUs
-            translator = ctranslate2_translator(ct2_folder, {"fp32": "float32"}.get(dtype, dtype), threads)
+            compute_type = {"fp32": "float32"}.get(dtype, dtype)
             name = "ctranslate2" if dtype == "fp32" else f"ctranslate2_{dtype}"
-            systems[name] = lambda t=translator: run_ctranslate2(t, ct2_sentences, steps, beams)
+            configurations = [(name, False, 0)]
             if threads > 1 and batch >= 2 * threads:  # as aiayn splits a batch: one part per thread
-                translator = ctranslate2_translator(ct2_folder, {"fp32": "float32"}.get(dtype, dtype), threads, True)
-                part = -(-batch // threads)  # max_batch_size: CTranslate2 decodes the parts on its replicas
-                systems[f"{name}_inter"] = lambda t=translator: run_ctranslate2(t, ct2_sentences, steps, beams, part)
+                # max_batch_size: CTranslate2 decodes the parts on its replicas at once
+                configurations.append((f"{name}_inter", True, -(-batch // threads)))
+            for system, inter, part in configurations:
+                pool.apply(_ct2_load, (system, ct2_folder, compute_type, threads, inter))
+                systems[system] = lambda system=system, part=part: pool.apply(
+                    _ct2_timed, (system, ct2_sentences, steps, beams, part)
+                )
     for fn in systems.values():  # warm-up
         torch.set_num_threads(threads)
         fn()
@@ -287,8 +327,6 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
     for repeat in range(args.repeats):
         order = list(systems) if repeat % 2 == 0 else list(reversed(systems))  # no system always runs first
         for name in order:
-            # CTranslate2 sets the OpenMP thread count of the thread that builds or runs a translator
-            # (one replica per thread: 1), which PyTorch reads as its own: set it again before every run.
             torch.set_num_threads(threads)
             # and after the previous system's worker threads have gone to sleep: OpenMP runtimes keep
             # them spinning for up to 200 ms after a parallel region (KMP_BLOCKTIME), on the cores the
@@ -416,13 +454,16 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         models = Models(args, Path(tmp))
-        for dims in args.dims:
-            vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
-            for batch in args.batch:
-                for threads in args.threads:
-                    row = bench(dims, vocab, batch, threads, args, models)
-                    rows.append(row)
-                    print(json.dumps(row), file=sys.stderr, flush=True)
+        try:
+            for dims in args.dims:
+                vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
+                for batch in args.batch:
+                    for threads in args.threads:
+                        row = bench(dims, vocab, batch, threads, args, models)
+                        rows.append(row)
+                        print(json.dumps(row), file=sys.stderr, flush=True)
+        finally:
+            models.close()
 
     print(f"""
 {hardware()}
