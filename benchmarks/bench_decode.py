@@ -27,7 +27,7 @@ How the comparison is made fair:
   thread on (`ctranslate2_inter`: `inter_threads=n`, `intra_threads=1`, `max_batch_size` = the
   batch / n, so that its n model replicas decode the parts at once); the better of its two is the
   peer to compare with. CTranslate2 runs in a process of its own: in the same process its OpenMP
-  calls reach the libgomp PyTorch loads (they set PyTorch's thread count, and PyTorch's two-thread
+  calls reached PyTorch's OpenMP runtime (they set PyTorch's thread count, and PyTorch's two-thread
   decoding ran at half speed after a CTranslate2 run). With
   `--threads 1 2` a second table gives every system at its fastest measured thread count, so that
   a peer is not held to a thread count that slows it.
@@ -215,9 +215,9 @@ def run_ctranslate2(translator, sentences: list[list[str]], steps: int, beams: i
     return steps * len(sentences)
 
 
-# CTranslate2 runs in a process of its own: its OpenMP calls resolve to the libgomp that PyTorch
-# loads, and after one CTranslate2 run PyTorch's two-thread decoding in the same process was measured
-# at about half its speed (small dimensions, 8 sentences: 1,464 -> 782 tokens/s).
+# CTranslate2 runs in a process of its own: in the same process its OpenMP calls reached PyTorch's
+# OpenMP runtime (they set its thread count), and after one CTranslate2 run PyTorch's two-thread
+# decoding was measured at about half its speed (small dimensions, 8 sentences: 1,464 -> 782 tokens/s).
 _TRANSLATORS: dict = {}  # in that process: the current row's translators, by system name
 
 
@@ -328,9 +328,9 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
         order = list(systems) if repeat % 2 == 0 else list(reversed(systems))  # no system always runs first
         for name in order:
             torch.set_num_threads(threads)
-            # and after the previous system's worker threads have gone to sleep: OpenMP runtimes keep
-            # them spinning for up to 200 ms after a parallel region (KMP_BLOCKTIME), on the cores the
-            # next system needs
+            # Each run starts after the previous system's worker threads have gone to sleep: OpenMP
+            # runtimes keep them spinning after a parallel region (up to 200 ms with KMP_BLOCKTIME's
+            # default), on the cores the next system needs.
             time.sleep(0.3)
             seconds, tokens[name] = timed(systems[name], args.device)
             times[name].append(seconds)
