@@ -28,11 +28,12 @@ How the comparison is made fair:
   batch / n, so that its n model replicas decode the parts at once); the better of its two is the
   peer to compare with. CTranslate2 runs in a process of its own: in the same process its OpenMP
   calls reached PyTorch's OpenMP runtime (they set PyTorch's thread count, and PyTorch's two-thread
-  decoding ran at half speed after a CTranslate2 run). With
-  `--threads 1 2` a second table gives every system at its fastest measured thread count, so that
-  a peer is not held to a thread count that slows it.
+  decoding ran at half speed after a CTranslate2 run). With `--threads 1 2` a second table gives
+  every system at its fastest measured thread count, so that a peer is not held to a thread count
+  that slows it.
 * Measured in one run, alternating the systems within each repetition, each run 0.3 s after the
-  previous one (whose OpenMP threads may spin for up to 200 ms); the median of the repetitions is reported (other processes on the machine make single timings noisy).
+  previous one (whose OpenMP threads may spin for up to 200 ms); the median of the repetitions is
+  reported (other processes on the machine make single timings noisy).
 * `--dtype int8` adds aiayn with int8 weights for the linear maps (`aiayn translate --dtype int8`) and
   CTranslate2 with `compute_type="int8"` (its own int8 GEMM, quantized from the same float model).
 * `--dtype bf16` adds aiayn in bfloat16 (what `aiayn translate --dtype auto`, the default, chooses
@@ -320,14 +321,12 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
                     _ct2_timed, (system, ct2_sentences, steps, beams, part)
                 )
     for fn in systems.values():  # warm-up
-        torch.set_num_threads(threads)
         fn()
     times: dict[str, list[float]] = {name: [] for name in systems}
     tokens = {}
     for repeat in range(args.repeats):
         order = list(systems) if repeat % 2 == 0 else list(reversed(systems))  # no system always runs first
         for name in order:
-            torch.set_num_threads(threads)
             # Each run starts after the previous system's worker threads have gone to sleep: OpenMP
             # runtimes keep them spinning after a parallel region (up to 200 ms with KMP_BLOCKTIME's
             # default), on the cores the next system needs.
