@@ -274,7 +274,8 @@ def _side(args, side: str) -> dict:
 
 def _allocator_environment(allocator: str) -> dict[str, str]:
     """LD_PRELOAD for every side (`aiayn train` preloads jemalloc itself where it is installed; a peer
-    configured as PyTorch's CPU performance guide advises does too), or glibc's malloc for all."""
+    configured as PyTorch's CPU performance guide advises does too), with the same settings as
+    `aiayn train` gives it (jemalloc: `MALLOC_CONF`, pages kept), or glibc's malloc for all."""
     if allocator == "system":
         return {"AIAYN_ALLOCATOR": "system", "LD_PRELOAD": ""}
     import ctypes.util
@@ -282,7 +283,9 @@ def _allocator_environment(allocator: str) -> dict[str, str]:
     library = ctypes.util.find_library(allocator)
     if not library:
         raise SystemExit(f"error: --allocator {allocator}: lib{allocator} is not installed")
-    return {"LD_PRELOAD": library}
+    from aiayn_cli.allocator import allocator_environment
+
+    return {"LD_PRELOAD": library, **allocator_environment(library, os.environ)}
 
 
 def _table(args, totals: dict) -> None:
@@ -292,7 +295,11 @@ def _table(args, totals: dict) -> None:
 
     torch.set_num_threads(args.threads)
     print(machine_summary())
-    print(f"allocator of every side: {'glibc malloc' if args.allocator == 'system' else args.allocator}")
+    settings = _allocator_environment(args.allocator).get("MALLOC_CONF")
+    print(
+        f"allocator of every side: {'glibc malloc' if args.allocator == 'system' else args.allocator}"
+        + (f" (MALLOC_CONF={settings})" if settings is not None else "")
+    )
     print(
         f"Multi30k en-de, preset {args.preset}, {args.threads} threads, {'bf16' if args.bf16 else 'fp32'}, "
         f"{args.rounds} x {args.seconds:.0f} s per side; aiayn: max_tokens {args.max_tokens}, HF: batch "

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from aiayn_cli.allocator import PRELOADED, describe, preload_environment
+from aiayn_cli.allocator import JEMALLOC_CONF, PRELOADED, describe, preload_environment
 from aiayn_cli.errors import AiaynError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux's")
@@ -21,12 +21,25 @@ def installed(*names: str):
 @pytest.mark.parametrize("argv", [["aiayn", "train", "r.yaml"], ["aiayn", "--debug", "quickstart"]])
 def test_a_training_command_starts_again_with_jemalloc(argv):
     env = preload_environment(argv, {"PATH": "/bin", "LD_PRELOAD": "libother.so"}, installed("jemalloc", "tcmalloc"))
-    assert env == {"PATH": "/bin", "LD_PRELOAD": "libjemalloc.so.2 libother.so", PRELOADED: "libjemalloc.so.2"}
+    assert env == {
+        "PATH": "/bin",
+        "LD_PRELOAD": "libjemalloc.so.2 libother.so",
+        PRELOADED: "libjemalloc.so.2",
+        "MALLOC_CONF": JEMALLOC_CONF,
+    }
+
+
+def test_jemalloc_keeps_its_pages_unless_the_user_configured_it():
+    assert JEMALLOC_CONF == "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    for own in ("background_thread:true", ""):  # an empty MALLOC_CONF: jemalloc's defaults, as asked
+        env = preload_environment(["aiayn", "train"], {"MALLOC_CONF": own}, installed("jemalloc"))
+        assert env["MALLOC_CONF"] == own and env["LD_PRELOAD"] == "libjemalloc.so.2"
 
 
 def test_tcmalloc_where_jemalloc_is_missing():
     env = preload_environment(["aiayn", "train"], {}, installed("tcmalloc_minimal"))
     assert env["LD_PRELOAD"] == "libtcmalloc_minimal.so.2"
+    assert "MALLOC_CONF" not in env  # jemalloc's options mean nothing to tcmalloc
 
 
 @pytest.mark.parametrize(
@@ -50,8 +63,12 @@ def test_the_run_says_which_allocator_it_has(monkeypatch, tmp_path):
     maps = tmp_path / "maps"
     mapped = "7f00-7f10 r-xp 0 08:01 42 /usr/lib/x86_64-linux-gnu/{}\n"
     maps.write_text(mapped.format("libc.so.6") + mapped.format("libjemalloc.so.2"))
+    monkeypatch.delenv("MALLOC_CONF", raising=False)
     monkeypatch.setenv(PRELOADED, "libjemalloc.so.2")
     assert describe(maps).startswith("allocator: libjemalloc.so.2 (preloaded;")
+    monkeypatch.setenv("MALLOC_CONF", JEMALLOC_CONF)
+    assert describe(maps).startswith(f"allocator: libjemalloc.so.2 (preloaded; MALLOC_CONF={JEMALLOC_CONF};")
+    monkeypatch.delenv("MALLOC_CONF")
     monkeypatch.delenv(PRELOADED)
     assert describe(maps).startswith("allocator: libjemalloc.so.2 (LD_PRELOAD)")
     maps.write_text(mapped.format("libc.so.6"))
