@@ -13,7 +13,7 @@ jemalloc's defaults still give unused pages back to the kernel after 10 seconds 
 `muzzy_decay_ms`): with steps of one to a few seconds the same hundreds of MB are given back and
 faulted in again all the time. On a 2-core AVX2 AMD EPYC (fp32, `small`, ~8,400 tokens a step) that
 was a fifth of the process's CPU time in the kernel, and jemalloc set never to give pages back
-(`JEMALLOC_CONF`; the process keeps its peak memory) stepped 1.2-1.5x faster, with no kernel time
+(`JEMALLOC_CONF`; the process keeps its peak memory) stepped 1.1-1.5x faster, with no kernel time
 left. The restart sets `MALLOC_CONF` to it where the environment has no `MALLOC_CONF` of its own.
 
 An allocator can only be chosen before the process starts, so the `aiayn` commands that train
