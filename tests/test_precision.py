@@ -139,3 +139,51 @@ def test_train_prints_and_records_its_precision(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "warning: bf16 is emulated here" in result.stderr
     assert "precision: bf16 (asked for)" in result.stderr
+
+
+def test_a_run_in_fp32_takes_the_recipes_when_fp32_keys(tmp_path, monkeypatch, capsys):
+    """`when_fp32` where `auto` chooses fp32 (the CPU's answers patched: AVX2), not where it chooses bf16;
+    the run says what it replaced, saves the resolved recipe and resumes with it."""
+    import sys
+
+    import yaml
+    from test_training import write_dictionary_task
+
+    from aiayn_cli.cli import main
+    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.tokenization import train_tokenizer
+
+    data = write_dictionary_task(tmp_path / "data", n_train=120, n_valid=8)
+    spec = DataSpec(data_dir=str(data), source_lang="en", target_lang="de")
+    train_tokenizer(spec, vocab_size=300, output_dir=tmp_path / "tok", show_progress=False)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        (REPO_ROOT / "recipes" / "tiny.yaml").read_text()
+        + "when_fp32:\n  model:\n    dropout: 0.05\n  warmup_steps: 7\n"
+    )
+
+    def train(output, cpu, *extra):
+        monkeypatch.setattr(precision, "cpu_features", lambda: cpu)
+        args = ["aiayn", "train", str(recipe), "--data-dir", str(data), "--tokenizer", str(tmp_path / "tok")]
+        args += ["--output-dir", str(output), "--no-progress", "--mixed-precision", "auto", "--max-steps", "1"]
+        args += ["--set", "valid_split=null", "--set", "average_last=null", "--set", "trackers=[]"]
+        args += ["--set", "best_metric=loss", "--set", "length_penalty_grid=null", *extra]
+        monkeypatch.setattr(sys, "argv", args)
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 0, err
+        return err, yaml.safe_load((output / "recipe.yaml").read_text())
+
+    err, saved = train(tmp_path / "fp32", AVX2)
+    assert "when_fp32: model.dropout None -> 0.05, warmup_steps 100 -> 7" in err.splitlines()
+    assert saved["model"]["dropout"] == 0.05 and saved["warmup_steps"] == 7
+    config = json.loads(next((tmp_path / "fp32").glob("checkpoint-*/config.json")).read_text())
+    assert config["dropout"] == 0.05
+    # resumed (two steps now) with the same recipe: the same run, no "different run" refusal
+    err, _ = train(tmp_path / "fp32", AVX2, "--max-steps", "2")
+    assert "resuming from" in err
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return  # bf16 cannot be chosen on this machine, whatever the patched answers say
+    err, saved = train(tmp_path / "bf16", AVX512_BF16)
+    assert "when_fp32" not in err and saved["model"]["dropout"] is None and saved["warmup_steps"] == 100

@@ -274,3 +274,39 @@ def test_shipped_paper_recipes_hold_table_3(name, d_model, dropout, steps, avera
     assert (recipe.data.dataset, recipe.data.source_lang, recipe.data.target_lang) == ("wmt14", *pair)
     assert (recipe.warmup_steps, recipe.label_smoothing, recipe.lr_schedule) == (4000, 0.1, "noam")
     assert recipe.max_tokens * 8 * recipe.update_freq == 25000  # ~25k tokens per side and step on 8 GPUs
+
+
+WHEN_FP32 = MINIMAL + "when_fp32:\n  model:\n    dropout: 0.1\n  warmup_steps: 100\n"
+
+
+def test_when_fp32_replaces_keys_only_in_fp32_and_flags_win(tmp_path):
+    recipe = load_recipe(_write(tmp_path, WHEN_FP32))
+    assert recipe.model.dropout == 0.2 and recipe.warmup_steps == 4000  # as loaded: the recipe's own keys
+    for precision in ("bf16", "fp16", None):
+        assert recipe.in_precision(precision) == recipe and recipe.precision_changes(precision) == []
+    fp32 = recipe.in_precision("no")
+    assert fp32.model.dropout == 0.1 and fp32.warmup_steps == 100 and fp32.max_steps == 10
+    assert recipe.precision_changes("no") == ["model.dropout 0.2 -> 0.1", "warmup_steps 4000 -> 100"]
+    assert fp32.in_precision("no") == fp32 and fp32.precision_changes("no") == []  # applied once is applied
+    # the resolved recipe is what the run saves; it loads back as it was
+    save_recipe(fp32, tmp_path / "out" / "recipe.yaml")
+    assert load_recipe(tmp_path / "out" / "recipe.yaml").in_precision("no") == fp32
+    # a flag wins over when_fp32
+    flagged = load_recipe(_write(tmp_path, WHEN_FP32), {"model.dropout": 0.3}).in_precision("no")
+    assert flagged.model.dropout == 0.3 and flagged.warmup_steps == 100
+    assert load_recipe(_write(tmp_path, WHEN_FP32), {"when_fp32": None}).in_precision("no").model.dropout == 0.2
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("when_fp32:\n  model:\n    widht: 3\n", r"recipe.yaml:13: unknown key 'model.widht'"),
+        ("when_fp32:\n  warmup_steps: -5\n", r"recipe.yaml:12: 'warmup_steps' must be greater than 0, got -5"),
+        ("when_fp32:\n  keep_last: 1\n  average_last: 3\n", r"recipe.yaml:13: 'average_last' \(3\) must not exceed"),
+        ("when_fp32:\n  mixed_precision: bf16\n", r"recipe.yaml:12: 'when_fp32.mixed_precision' cannot depend on the"),
+        ("when_fp32: 3\n", r"recipe.yaml:11: 'when_fp32' must be a valid dictionary"),
+    ],
+)
+def test_when_fp32_is_checked_as_the_recipe_it_makes(tmp_path, section, message):
+    with pytest.raises(AiaynError, match=message):
+        load_recipe(_write(tmp_path, MINIMAL + section))

@@ -172,6 +172,10 @@ class TrainRecipe:
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] | None = "auto"
     """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+), else fp32 (no);
     None: what `accelerate config` / `accelerate launch` say; otherwise this."""
+    when_fp32: dict[StrictStr, Any] | None = None
+    """Keys (a mapping, nested as in the recipe) that replace the recipe's where the run computes in
+    fp32 (`auto` on a device without native bf16, or `no`): a time budget holds fewer steps there, and
+    what suits a short run may differ. Flags (`--set`) still win; the run prints what it replaced."""
     compile: StrictBool = False
     """Run the model through `torch.compile`."""
     compile_loss: StrictBool = True
@@ -223,6 +227,29 @@ class TrainRecipe:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (paths as strings), as saved in `recipe.yaml`."""
         return _plain(dataclasses.asdict(self))
+
+    def in_precision(self, precision: str | None) -> TrainRecipe:
+        """The recipe as it runs in `precision` (accelerate's name: "no" is fp32): with `when_fp32`'s
+        keys where that is fp32, else unchanged. Applying it twice changes nothing more."""
+        if precision != "no" or not self.when_fp32:
+            return self
+        raw = self.to_dict()
+        for key, value in _leaves(self.when_fp32).items():
+            _set_dotted(raw, key, value, "when_fp32")
+        try:
+            return _VALIDATOR.validate_python(raw)
+        except ValidationError as err:
+            raise _first_error(err, raw, {}, "when_fp32") from None
+
+    def precision_changes(self, precision: str | None) -> list[str]:
+        """What `in_precision(precision)` replaces, as 'key old -> new'."""
+        if precision != "no" or not self.when_fp32:
+            return []
+        old, changes = _leaves(self.to_dict()), []
+        for key, value in _leaves(self.when_fp32).items():
+            if old.get(key) != value:
+                changes.append(f"{key} {old.get(key)!r} -> {value!r}")
+        return changes
 
 
 _VALIDATOR = TypeAdapter(TrainRecipe)
@@ -319,7 +346,53 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     except ValidationError as err:
         raise _first_error(err, raw, where, source) from None
     _check_values(recipe, where, source)
+    if recipe.when_fp32:
+        recipe = _check_when_fp32(recipe, raw, where, source, set(overrides or {}))
     return recipe
+
+
+# Keys decided before the precision is (the accelerator is made from them): not for `when_fp32`.
+_BEFORE_PRECISION = frozenset({"mixed_precision", "when_fp32", "output_dir", "trackers"})
+
+
+def _leaves(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of every leaf of a nested mapping (lists are values)."""
+    leaves: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            leaves.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            leaves[f"{prefix}{key}"] = value
+    return leaves
+
+
+def _check_when_fp32(
+    recipe: TrainRecipe, raw: dict[str, Any], where: dict[str, str], source: str, flagged: set[str]
+) -> TrainRecipe:
+    """Check `when_fp32` as the recipe it makes (every key known, typed, in range), and drop the keys a
+    flag sets (flags win)."""
+    leaves = _leaves(recipe.when_fp32)
+    for key in leaves:
+        if key.split(".")[0] in _BEFORE_PRECISION:
+            raise AiaynError(
+                f"{where.get('when_fp32.' + key, source)}: 'when_fp32.{key}' cannot depend on the precision "
+                "(it is decided before the precision is)"
+            )
+    kept = {key: value for key, value in leaves.items() if key not in flagged}
+    merged = {k: v for k, v in raw.items() if k != "when_fp32"}
+    merged = _VALIDATOR.validate_python(merged).to_dict()  # a copy, nested as saved
+    for key, value in kept.items():
+        _set_dotted(merged, key, value, source)
+    fp32_where = {**where, **{key: where.get(f"when_fp32.{key}", source) for key in kept}}
+    try:
+        fp32 = _VALIDATOR.validate_python(merged)
+    except ValidationError as err:
+        raise _first_error(err, merged, fp32_where, source) from None
+    _check_values(fp32, fp32_where, source)
+    nested: dict[str, Any] = {}
+    for key, value in kept.items():
+        _set_dotted(nested, key, value, source)
+    return dataclasses.replace(recipe, when_fp32=nested or None)
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:

@@ -26,6 +26,7 @@ global batch spread over another number of processes, draws the same dropout mas
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -100,19 +101,25 @@ def train(
 
 
 def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bool) -> TrainResult:
-    # 1. The output folder (a new run, or the checkpoint to resume), the tokenizer against the model:
-    #    user mistakes surface before anything heavy starts. Then the accelerator.
+    # 1. The recipe in the precision the run will have (`when_fp32`); the output folder (a new run, or
+    #    the checkpoint to resume), the tokenizer against the model: user mistakes surface before
+    #    anything heavy starts. Then the accelerator.
+    choice = run_precision(recipe)
+    precision = choice.precision if choice is not None else accelerate_precision()
+    changes = recipe.precision_changes(precision)
+    recipe = recipe.in_precision(precision)
     output = Path(recipe.output_dir)
     checkpoint = prepare_output_dir(recipe, resume)
     tokenizer = load_tokenizer(recipe.tokenizer)
     config = recipe.model.to_config(vocab_size=check_vocabulary(tokenizer, recipe))
-    choice = run_precision(recipe)
     accelerator = make_accelerator(recipe, choice)
     main = accelerator.is_main_process
     choice = choice or PrecisionChoice(accelerator.mixed_precision, "accelerate config / accelerate launch")
     if choice.warning:
         _echo(accelerator, choice.warning)
     _echo(accelerator, choice.describe())
+    if changes:
+        _echo(accelerator, f"when_fp32: {', '.join(changes)}")
     _echo(accelerator, allocator.describe())
 
     # 2. Model and data.
@@ -265,6 +272,12 @@ def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
     # PartialState, which every later one shares, or each process thinks it runs alone.
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     return choose_precision(recipe.mixed_precision, state.device)
+
+
+def accelerate_precision() -> str:
+    """The precision `Accelerator()` takes where the recipe leaves it to accelerate (`mixed_precision:
+    null`): what `accelerate launch` / `accelerate config` put in the environment, else "no"."""
+    return os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
 
 
 def load_tokenizer(path: str):
