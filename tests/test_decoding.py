@@ -482,9 +482,12 @@ def test_cache_memory_is_reused_across_decodes_and_never_shared():
 
 
 def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monkeypatch):
-    """A step of few rows (rows x d_model <= ONE_THREAD_MAX_ELEMENTS) runs on one CPU thread, faster
-    than on several; larger batches use PyTorch's count; the count is restored, errors included."""
+    """A step of few rows (rows x d_model <= ONE_THREAD_MAX_ELEMENTS, on CPUs with AVX-512 kernels) runs
+    on one CPU thread, faster than on several; larger batches use PyTorch's count; the count is
+    restored, errors included."""
     import aiayn_cli.decoding.search as search_module
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
 
     seen = []
     real = search_module.beam_search
@@ -507,6 +510,23 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
     with pytest.raises(ZeroDivisionError):
         decode(model, *source_batch([5]), options)
     assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize(("capability", "elements"), [("AVX512", 2048), ("AVX2", 0), ("DEFAULT", 2048)])
+def test_one_thread_decodes_small_steps_only_where_measured_faster(monkeypatch, capability, elements):
+    """On AVX2-only CPUs two threads decode even one sentence faster than one; elsewhere one thread up
+    to 2,048 row elements."""
+    import aiayn_cli.decoding.search as search_module
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert search_module.one_thread_max_elements() == elements
+    torch.set_num_threads(2)
+    try:
+        with search_module.cpu_threads_for(4 * 256, torch.device("cpu")):  # one sentence, beam 4, small
+            inside = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(1)
+    assert inside == (1 if elements else 2)
 
 
 def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):

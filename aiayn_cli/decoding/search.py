@@ -429,12 +429,27 @@ def _decode_on_one_thread(model, input_ids, attention_mask, max_lens, options, p
 
 
 # A decoding step's matrix products are (rows, d_model) times a weight: up to this many elements in
-# the rows, splitting them over CPU threads costs more in synchronisation than it saves (one sentence
-# at beam 4: small 427 tokens/s on one thread against 177 on two, in an earlier measurement). Above it
-# two threads share each operation: on a 2-core AMD EPYC (AVX512-BF16), idle, float32, beam 4, 30
-# steps, tokens/s on one thread / on two, small dimensions, 4 sentences (4,096 elements) 812 / 1,222,
-# 8 sentences 1,008 / 1,521; base, 4 sentences (8,192) 153 / 250.
+# the rows, splitting them over CPU threads costs more in synchronisation than it saves, on CPUs with
+# AVX-512 (one sentence at beam 4: small 427 tokens/s on one thread against 177 on two, in an earlier
+# measurement). Above it two threads share each operation: on a 2-core AMD EPYC (AVX512-BF16), idle,
+# float32, beam 4, 30 steps, tokens/s on one thread / on two, small dimensions, 4 sentences (4,096
+# elements) 812 / 1,222, 8 sentences 1,008 / 1,521; base, 4 sentences (8,192) 153 / 250.
 ONE_THREAD_MAX_ELEMENTS = 2048
+
+# Where ATen runs AVX2 kernels (no AVX-512) two threads win from one sentence on: a step there reads its
+# weights at a few GB/s (small dimensions: ~21 MB of float32 weights a step, the pre-softmax matrix half
+# of it), and two threads read them faster. A 2-core AMD EPYC with AVX2 only, idle, float32, beam 4, 30
+# steps, best of 3, tokens/s on one thread / two sharing each operation: small, 1 sentence 129 / 181,
+# 2 sentences 210 / 311, 4 sentences 349 / 491; base, 1 sentence 32 / 45.
+ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY = {"AVX2": 0}
+
+
+def one_thread_max_elements() -> int:
+    """The most row elements (rows x d_model) of a step decoded on one CPU thread, for this CPU's
+    kernels (`torch.backends.cpu.get_cpu_capability()`)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY.get(capability, ONE_THREAD_MAX_ELEMENTS)
+
 
 # Where every thread gets at least this many rows, a batch is split over the threads (`parallel_parts`).
 SPLIT_MIN_ROWS = 64
@@ -461,10 +476,10 @@ def parallel_parts(sentences: int, rows_per_sentence: int, options: DecodingOpti
 
 @contextmanager
 def cpu_threads_for(elements: int, device: torch.device) -> Iterator[None]:
-    """Decode on one CPU thread where a step's rows hold at most `ONE_THREAD_MAX_ELEMENTS` values
+    """Decode on one CPU thread where a step's rows hold at most `one_thread_max_elements()` values
     (rows x d_model), on PyTorch's thread count (`torch.set_num_threads`, the most used) elsewhere."""
     threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1 or elements > ONE_THREAD_MAX_ELEMENTS:
+    if device.type != "cpu" or threads == 1 or elements > one_thread_max_elements():
         yield
         return
     torch.set_num_threads(1)
@@ -476,6 +491,7 @@ def cpu_threads_for(elements: int, device: torch.device) -> Iterator[None]:
 
 __all__ = [
     "ONE_THREAD_MAX_ELEMENTS",
+    "ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY",
     "SPLIT_MIN_ROWS",
     "DecodingOptions",
     "Hypothesis",
@@ -484,6 +500,7 @@ __all__ = [
     "decode",
     "length_penalty",
     "max_output_lengths",
+    "one_thread_max_elements",
     "output_length_cap",
     "parallel_parts",
     "sample_search",
