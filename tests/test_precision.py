@@ -187,3 +187,22 @@ def test_a_run_in_fp32_takes_the_recipes_when_fp32_keys(tmp_path, monkeypatch, c
         return  # bf16 cannot be chosen on this machine, whatever the patched answers say
     err, saved = train(tmp_path / "bf16", AVX512_BF16)
     assert "when_fp32" not in err and saved["model"]["dropout"] is None and saved["warmup_steps"] == 100
+
+
+def test_a_recipe_that_leaves_precision_to_accelerate_resolves_when_fp32_as_accelerate_will(monkeypatch):
+    """`mixed_precision: null`: `accelerate launch --mixed_precision X` puts X in the environment, and
+    `when_fp32` applies where that is "no" (or where nothing says)."""
+    from aiayn_cli.training.recipe import load_recipe
+    from aiayn_cli.training.trainer import accelerate_precision, run_precision
+
+    recipe = load_recipe(
+        REPO_ROOT / "recipes" / "tiny.yaml",
+        {"mixed_precision": None, "trackers": [], "when_fp32": {"model": {"dropout": 0.05}}},
+    )
+    assert run_precision(recipe) is None
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    assert accelerate_precision() == "no"
+    assert recipe.in_precision(accelerate_precision()).model.dropout == 0.05
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "BF16")
+    assert accelerate_precision() == "bf16"
+    assert recipe.in_precision(accelerate_precision()).model.dropout is None

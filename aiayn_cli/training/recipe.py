@@ -233,9 +233,7 @@ class TrainRecipe:
         keys where that is fp32, else unchanged. Applying it twice changes nothing more."""
         if precision != "no" or not self.when_fp32:
             return self
-        raw = self.to_dict()
-        for key, value in _leaves(self.when_fp32).items():
-            _set_dotted(raw, key, value, "when_fp32")
+        raw = _with_when_fp32(self)
         try:
             return _VALIDATOR.validate_python(raw)
         except ValidationError as err:
@@ -347,7 +345,7 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
         raise _first_error(err, raw, where, source) from None
     _check_values(recipe, where, source)
     if recipe.when_fp32:
-        recipe = _check_when_fp32(recipe, raw, where, source, set(overrides or {}))
+        recipe = _check_when_fp32(recipe, where, source, set(overrides or {}))
     return recipe
 
 
@@ -366,33 +364,35 @@ def _leaves(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return leaves
 
 
-def _check_when_fp32(
-    recipe: TrainRecipe, raw: dict[str, Any], where: dict[str, str], source: str, flagged: set[str]
-) -> TrainRecipe:
-    """Check `when_fp32` as the recipe it makes (every key known, typed, in range), and drop the keys a
-    flag sets (flags win)."""
-    leaves = _leaves(recipe.when_fp32)
-    for key in leaves:
+def _with_when_fp32(recipe: TrainRecipe) -> dict[str, Any]:
+    """The recipe's plain data with the keys of its `when_fp32` put in."""
+    raw = recipe.to_dict()
+    for key, value in _leaves(recipe.when_fp32 or {}).items():
+        _set_dotted(raw, key, value, "when_fp32")
+    return raw
+
+
+def _check_when_fp32(recipe: TrainRecipe, where: dict[str, str], source: str, flagged: set[str]) -> TrainRecipe:
+    """Check `when_fp32` as the recipe it makes (every key known, typed, in range; the lines named are
+    its own), and drop the keys a flag sets: flags win."""
+    kept: dict[str, Any] = {}
+    for key, value in _leaves(recipe.when_fp32).items():
         if key.split(".")[0] in _BEFORE_PRECISION:
             raise AiaynError(
                 f"{where.get('when_fp32.' + key, source)}: 'when_fp32.{key}' cannot depend on the precision "
                 "(it is decided before the precision is)"
             )
-    kept = {key: value for key, value in leaves.items() if key not in flagged}
-    merged = {k: v for k, v in raw.items() if k != "when_fp32"}
-    merged = _VALIDATOR.validate_python(merged).to_dict()  # a copy, nested as saved
-    for key, value in kept.items():
-        _set_dotted(merged, key, value, source)
-    fp32_where = {**where, **{key: where.get(f"when_fp32.{key}", source) for key in kept}}
+        if not any(key == flag or key.startswith(flag + ".") for flag in flagged):
+            _set_dotted(kept, key, value, source)
+    recipe = dataclasses.replace(recipe, when_fp32=kept or None)
+    raw = _with_when_fp32(recipe)
+    fp32_where = {**where, **{key: where.get(f"when_fp32.{key}", source) for key in _leaves(kept)}}
     try:
-        fp32 = _VALIDATOR.validate_python(merged)
+        fp32 = _VALIDATOR.validate_python(raw)
     except ValidationError as err:
-        raise _first_error(err, merged, fp32_where, source) from None
+        raise _first_error(err, raw, fp32_where, source) from None
     _check_values(fp32, fp32_where, source)
-    nested: dict[str, Any] = {}
-    for key, value in kept.items():
-        _set_dotted(nested, key, value, source)
-    return dataclasses.replace(recipe, when_fp32=nested or None)
+    return recipe
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
