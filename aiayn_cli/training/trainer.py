@@ -26,7 +26,6 @@ global batch spread over another number of processes, draws the same dropout mas
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -276,8 +275,11 @@ def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
 
 def accelerate_precision() -> str:
     """The precision `Accelerator()` takes where the recipe leaves it to accelerate (`mixed_precision:
-    null`): what `accelerate launch` / `accelerate config` put in the environment, else "no"."""
-    return os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+    null`): what `accelerate launch` / `accelerate config` put in the environment, else "no" (read as
+    `AcceleratorState` reads it)."""
+    from accelerate.utils import parse_choice_from_env
+
+    return parse_choice_from_env("ACCELERATE_MIXED_PRECISION", "no").lower()
 
 
 def load_tokenizer(path: str):
