@@ -92,6 +92,12 @@ def test_missing_required_key(tmp_path):
             "length_penalty_grid: [0.6]\nvalid_split: null",
             r"recipe.yaml:11: 'length_penalty_grid' needs a validation split to choose on",
         ),
+        ("average_choose: 1", r"'average_choose' must be a valid boolean"),
+        ("average_choose: true", r"recipe.yaml:11: 'average_choose' needs average_last and a validation split"),
+        (
+            "average_choose: true\naverage_last: 3\nvalid_split: null",
+            r"recipe.yaml:11: 'average_choose' needs average_last and a validation split",
+        ),
     ],
 )
 def test_wrong_types_and_values(tmp_path, line, message):

@@ -220,6 +220,27 @@ def test_lr_cooldown_by_steps_and_by_time(task, tmp_path):
     assert all(b <= a + 1e-12 for a, b in zip(factors, factors[1:]))  # it only falls
 
 
+def test_average_choose_keeps_the_newest_checkpoints_with_the_lowest_validation_loss(task, tmp_path):
+    """average_choose: the last k of average_last checkpoints, k by validation loss; the loss it chose
+    on is the one the written average has, and k = 1 is the last checkpoint itself."""
+    out = tmp_path / "run"
+    flags = ["max_steps=30", "checkpoint_every_steps=10", "valid_every_steps=10", "valid_bleu_samples=0"]
+    flags += ["best_metric=loss", "keep_last=3", "average_last=3", "average_choose=true", "trackers=[]"]
+    result = run_cli(*train_args(task, out, *[a for f in flags for a in ("--set", f)]), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (choice,) = [r for r in records if "average_choice" in r]
+    losses = {int(k): v for k, v in choice["average_valid_loss"].items()}
+    assert sorted(losses) == [1, 2, 3] and choice["average_choice"] == min(losses, key=losses.get)
+    last_valid = [r for r in records if "valid/loss" in r][-1]
+    assert last_valid["step"] == 30 and losses[1] == pytest.approx(last_valid["valid/loss"], abs=1e-5)
+    (averaged,) = [r for r in records if "averaged/valid/loss" in r]
+    k = choice["average_choice"]
+    assert averaged["averaged_from"] == [f"checkpoint-{step}" for step in (10, 20, 30)[3 - k :]]
+    assert averaged["averaged/valid/loss"] == pytest.approx(losses[k], abs=1e-5)
+    assert f"the last {k} of 3, chosen by validation loss" in result.stderr
+
+
 @pytest.mark.slow
 def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     out = tmp_path / "run"

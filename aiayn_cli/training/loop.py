@@ -27,7 +27,13 @@ from tqdm.auto import tqdm
 
 from ..errors import AiaynError, Interrupted
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, shift_tokens_right
-from .checkpoint import list_checkpoints, rotate_checkpoints, save_checkpoint, write_averaged_checkpoint
+from .checkpoint import (
+    average_checkpoints,
+    list_checkpoints,
+    rotate_checkpoints,
+    save_checkpoint,
+    write_averaged_checkpoint,
+)
 from .loss import label_smoothed_cross_entropy, target_mask
 from .recipe import parse_duration
 from .schedule import cooldown_factor
@@ -376,10 +382,13 @@ class Run:
         self.accelerator.wait_for_everyone()
         self.last_checkpoint = self.elapsed()
 
-    def average(self, last: int) -> tuple[Path, dict[str, float]]:
-        """Average the last checkpoints into `averaged/` (§6.1) and validate the result."""
+    def average(self, last: int, choose: bool = False) -> tuple[Path, dict[str, float]]:
+        """Average the last checkpoints into `averaged/` (§6.1) and validate the result; with `choose`,
+        only as many of them as give the lowest validation loss."""
         accelerator = self.accelerator
         paths = list_checkpoints(self.output)[-last:]
+        if choose and len(paths) > 1 and self.data.valid_loader is not None:
+            paths = self._choose_average(paths)
         averaged = self.output / "averaged"
         if accelerator.is_main_process:
             write_averaged_checkpoint(paths, averaged)
@@ -392,8 +401,35 @@ class Run:
             accelerator.log(metrics, step=self.state.step)
             if accelerator.is_main_process:
                 shown = ", ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in metrics.items())
-                print(f"average of {len(paths)} checkpoints: validation {shown}", file=sys.stderr, flush=True)
+                what = f"{len(paths)} checkpoints" if len(paths) > 1 else "1 checkpoint (the last)"
+                print(f"average of {what}: validation {shown}", file=sys.stderr, flush=True)
         return averaged, metrics
+
+    def _choose_average(self, paths: list[Path]) -> list[Path]:
+        """The newest k of `paths` whose mean has the lowest loss on the whole validation split (ties: the
+        larger k, the paper's side); each mean is built in memory, nothing is written."""
+        recipe, accelerator = self.recipe, self.accelerator
+        model = AiaynForConditionalGeneration.from_pretrained(paths[-1]).to(accelerator.device)
+        losses: dict[int, float] = {}
+        for k in range(1, len(paths) + 1):
+            weights = average_checkpoints(paths[-k:])
+            _, unexpected = model.load_state_dict(weights, strict=False)  # tied copies are not saved
+            if unexpected:
+                raise AiaynError(f"average: {paths[-1]} holds tensors the model does not have (e.g. '{unexpected[0]}')")
+            metrics = validation_loss(
+                model, self.data.valid_loader, accelerator, recipe.label_smoothing, recipe.compile_loss
+            )
+            losses[k] = metrics["valid/loss"]
+        best = min(losses, key=lambda k: (round(losses[k], 6), -k))
+        self.metrics.write({"step": self.state.step, "average_choice": best, "average_valid_loss": losses})
+        if accelerator.is_main_process:
+            shown = ", ".join(f"{k}: {loss:.3f}" for k, loss in losses.items())
+            print(
+                f"checkpoints averaged: the last {best} of {len(paths)}, chosen by validation loss ({shown})",
+                file=sys.stderr,
+                flush=True,
+            )
+        return paths[-best:]
 
     def choose_length_penalty(self, model_dir: Path) -> str | None:
         """§6.1: the length penalty of the recipe's grid with the best BLEU on the whole validation

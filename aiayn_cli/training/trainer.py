@@ -193,7 +193,7 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     # 6. The end: the last checkpoint, the average of the last ones (§6.1), the learning curve.
     averaged, averaged_valid = None, {}
     if recipe.average_last:
-        averaged, averaged_valid = run.average(recipe.average_last)
+        averaged, averaged_valid = run.average(recipe.average_last, recipe.average_choose)
     length_penalty = None
     if recipe.length_penalty_grid and data.valid_sources:
         length_penalty = run.choose_length_penalty(averaged or list_checkpoints(output)[-1])
