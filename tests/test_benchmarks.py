@@ -33,6 +33,7 @@ def _run(script: str, *args: str, timeout: float = 600) -> str:
     return result.stdout
 
 
+@pytest.mark.slow  # every system of the benchmark, each loaded and run
 def test_bench_decode_runs_every_system(tmp_path):
     out = tmp_path / "rows.json"
     stdout = _run(

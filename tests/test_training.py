@@ -192,6 +192,7 @@ def _train_lrs(records: list[dict]) -> list[tuple[int, float]]:
     return [(r["step"], r["lr"]) for r in records if "train/loss" in r]
 
 
+@pytest.mark.slow  # a training run in a subprocess
 def test_lr_cooldown_by_steps_and_by_time(task, tmp_path):
     """The logged learning rate is equation (3) times the cooldown factor, whether the budget is
     max_steps or max_time."""
@@ -220,6 +221,7 @@ def test_lr_cooldown_by_steps_and_by_time(task, tmp_path):
     assert all(b <= a + 1e-12 for a, b in zip(factors, factors[1:]))  # it only falls
 
 
+@pytest.mark.slow  # a training run in a subprocess
 def test_average_choose_keeps_the_newest_checkpoints_with_the_lowest_validation_loss(task, tmp_path):
     """average_choose: the last k of average_last checkpoints, k by validation loss; the loss it chose
     on is the one the written average has, and k = 1 is the last checkpoint itself."""

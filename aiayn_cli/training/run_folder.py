@@ -6,7 +6,8 @@ OUTPUT/
     metrics.jsonl          one JSON record per log line and per validation
     logs/                  accelerate's trackers (TensorBoard, ...)
     checkpoint-<step>/     the last `keep_last` checkpoints and the best one
-    averaged/              the mean of the last `average_last` checkpoints (§6.1), at the end
+    averaged/              the mean of the last `average_last` checkpoints (§6.1; with `average_choose`,
+                           of the last k of them, k chosen on validation loss), at the end
     learning_curve.png     train and validation loss, validation BLEU, at the end
 """
 
