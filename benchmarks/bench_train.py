@@ -59,7 +59,6 @@ def _recipe_overrides(args, output: Path) -> dict:
         "valid_split": None,
         "best_metric": "loss",
         "average_last": None,
-        "average_choose": False,
         "length_penalty_grid": None,  # no validation split to choose alpha on
         "checkpoint_every_minutes": None,
         "checkpoint_every_steps": None,
