@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 
 import pytest
 from attention_models import REFERENCES, SENTENCES, subword_model_dir
-
-from aiayn_cli.cli.app import main
-
-
-def aiayn(capsys, monkeypatch, *args) -> tuple[int, str, str]:
-    """Run the CLI in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["aiayn", *map(str, args)])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import cli_here
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +17,8 @@ def model_dir():
 
 def test_files_in_every_format(model_dir, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
-    code, _, err = aiayn(
-        capsys, monkeypatch, "attention", "-m", model_dir, *SENTENCES[:2], "-o", out,
+    code, _, err = cli_here(
+        monkeypatch, capsys, "attention", "-m", model_dir, *SENTENCES[:2], "-o", out,
         "-f", "png", "-f", "html", "-f", "text", "-f", "json", "-f", "align", "--layer", "2", "--mean-heads",
     )  # fmt: skip
     assert code == 0, err
@@ -47,8 +33,8 @@ def test_files_in_every_format(model_dir, tmp_path, capsys, monkeypatch):
 
 
 def test_text_to_stdout_with_a_reference_words_and_no_eos(model_dir, capsys, monkeypatch):
-    code, out, err = aiayn(
-        capsys, monkeypatch, "attention", "-m", model_dir, SENTENCES[0], "--reference", REFERENCES[0],
+    code, out, err = cli_here(
+        monkeypatch, capsys, "attention", "-m", model_dir, SENTENCES[0], "--reference", REFERENCES[0],
         "--kind", "cross", "--layer", "1", "--head", "2", "--words", "--hide-eos",
     )  # fmt: skip
     assert code == 0, err
@@ -132,7 +118,7 @@ def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, ca
     output = {"unwritable": blocker / "out", "no folder": tmp_path / "missing" / "out"}.get(case, out)
     if case == "unwritable":
         output = blocker  # -o names an existing file
-    code, stdout, err = aiayn(capsys, monkeypatch, "attention", *args, "-o", output)
+    code, stdout, err = cli_here(monkeypatch, capsys, "attention", *args, "-o", output)
     assert code == 2
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
@@ -141,9 +127,9 @@ def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, ca
 
 
 def test_translate_alignment_appends_word_links(model_dir, capsys, monkeypatch):
-    code, plain, err = aiayn(capsys, monkeypatch, "translate", "-m", model_dir, *SENTENCES[:2], "")
+    code, plain, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, *SENTENCES[:2], "")
     assert code == 0, err
-    code, aligned, err = aiayn(capsys, monkeypatch, "translate", "-m", model_dir, *SENTENCES[:2], "", "--alignment")
+    code, aligned, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, *SENTENCES[:2], "", "--alignment")
     assert code == 0, err
     lines = aligned.splitlines()
     assert len(lines) == 3 and lines[2] == " ||| "
@@ -153,9 +139,9 @@ def test_translate_alignment_appends_word_links(model_dir, capsys, monkeypatch):
         pairs = [tuple(map(int, link.split("-"))) for link in links.split()]
         assert {j for _, j in pairs} == set(range(len(text.split())))  # every target word, once
         assert len(pairs) == len(text.split()) and all(i < len(source.split()) for i, _ in pairs)
-    code, _, err = aiayn(capsys, monkeypatch, "translate", "-m", model_dir, "A dog.", "--alignment", "--nbest", "2")
+    code, _, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, "A dog.", "--alignment", "--nbest", "2")
     assert code == 2 and "--alignment" in err
-    code, _, err = aiayn(
-        capsys, monkeypatch, "translate", "-m", model_dir, "A dog.", "--alignment-layer", "7", "--alignment"
+    code, _, err = cli_here(
+        monkeypatch, capsys, "translate", "-m", model_dir, "A dog.", "--alignment-layer", "7", "--alignment"
     )
     assert code == 2 and "--alignment-layer 7" in err

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import save_tiny_model
+from conftest import cli_here, save_tiny_model
 
 from aiayn_cli import AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator
@@ -123,19 +122,6 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path):
     assert json.loads((folder / "generation_config.json").read_text())["length_penalty"] == 0.6
 
 
-def _aiayn_here(monkeypatch, capsys, *args) -> tuple[int, str]:
-    """The CLI in this process (a subprocess per case costs seconds of imports): (exit code, stderr)."""
-    from aiayn_cli.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["aiayn", *map(str, args)])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code or 0
-    return code, capsys.readouterr().err
-
-
 def test_evaluate_grid_bad_options_give_one_line(model_folder, tmp_path, monkeypatch, capsys):
 
     data = tmp_path / "data"
@@ -155,13 +141,13 @@ def test_evaluate_grid_bad_options_give_one_line(model_folder, tmp_path, monkeyp
         (["--length-penalty-grid", "1"], "--length-penalty-grid needs --model and data options"),
     ]  # fmt: skip
     for args, phrase in cases:
-        code, err = _aiayn_here(monkeypatch, capsys, "evaluate", *args)
+        code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
         assert code == 2, (args, err)
         assert err.startswith("error: ") and err.count("\n") == 1, err
         assert phrase in err, (args, err)
     assert json.loads((model_folder / "generation_config.json").read_text())["length_penalty"] == 0.6
     # choosing on the test split works, with a warning that its score is then optimistic
     args = ["--model", model_folder, *split[:-1], "test", "--length-penalty-grid", "0.6,1"]
-    code, err = _aiayn_here(monkeypatch, capsys, "evaluate", *args)
+    code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
     assert code == 0, err
     assert "warning: choosing alpha on the test split makes its score optimistic" in err
