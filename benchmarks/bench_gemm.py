@@ -18,10 +18,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli.decoding.incremental import Projection  # noqa: E402
+from aiayn_cli.precision import machine_summary  # noqa: E402
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -51,14 +53,14 @@ def main() -> None:
         "w_2": (args.d_ff, args.d_model),
         "lm_head": (args.d_model, args.vocab),
     }
-    print(
-        f"{args.threads} thread(s); GFLOP/s of F.linear -> Projection (oneDNN: {Projection(torch.ones(1, 1)).packed is not None})"
-    )
+    print(machine_summary())
+    print(f"GFLOP/s of F.linear -> Projection (oneDNN prepacked: {Projection(nn.Linear(1, 1)).packed is not None})")
     print("| projection | in x out | " + " | ".join(f"{n} rows" for n in args.rows) + " |")
     print("|---|---|" + "---|" * len(args.rows))
     for name, (fan_in, fan_out) in shapes.items():
-        weight, bias = torch.randn(fan_out, fan_in) * fan_in**-0.5, torch.zeros(fan_out)
-        projection = Projection(weight, bias)
+        linear = nn.Linear(fan_in, fan_out)
+        weight, bias = linear.weight.detach(), linear.bias.detach()
+        projection = Projection(linear)
         cells = []
         for n in args.rows:
             x = torch.randn(n, fan_in)

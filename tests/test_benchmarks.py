@@ -88,3 +88,15 @@ def test_bench_train_runs_every_side_on_a_small_corpus(tmp_path):
     for peer in ("HF grouped", "HF default"):
         ratio = re.search(rf"aiayn / {peer}: non-pad tokens ([\d.]+)x", stdout)
         assert ratio and float(ratio[1]) > 0, stdout
+
+
+def test_bench_gemm_prints_a_row_per_projection():
+    stdout = _run(
+        "bench_gemm.py", "--d-model", "16", "--d-ff", "32", "--vocab", "50", "--rows", "2", "4", "--repeats", "1"
+    )
+    assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
+    for name in ("qkv", "w_1", "w_2", "lm_head"):
+        row = re.search(rf"^\| {name} \| \d+ x \d+ \| (.+) \|$", stdout, re.M)
+        assert row, f"no row for {name}:\n{stdout}"
+        cells = row[1].split(" | ")
+        assert len(cells) == 2 and all(re.fullmatch(r"\d+ -> \d+", c) for c in cells), cells
