@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-from conftest import REPO_ROOT, cli_env, run_cli
+from conftest import REPO_ROOT, cli_env, cli_here, run_cli
 
-from aiayn_cli.cli import main
 from aiayn_cli.errors import AiaynError
 from aiayn_cli.evaluation.inputs import read_lines, read_parallel
 from aiayn_cli.evaluation.metrics import METRIC_MODULES, METRICS_DIR, paper_bleu_tokenize, split_compounds
@@ -71,15 +70,6 @@ def no_network(monkeypatch):
     assert attempts == [], f"network access attempted: {attempts}"
 
 
-def aiayn(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    """Run the `aiayn` entry point in this process; returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["aiayn", *map(str, args)])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out, err = capsys.readouterr()
-    return exit_info.value.code or 0, out, err
-
-
 def write(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
@@ -132,7 +122,7 @@ def test_printed_table_has_sacrebleu_digits_and_signatures(tmp_path, monkeypatch
         write(tmp_path / "ref.de", REFS),
         write(tmp_path / "r2.de", REFS2),
     )
-    code, out, err = aiayn(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "-r", ref2, "--width", 3)
+    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "-r", ref2, "--width", 3)
     assert code == 0, err
     rows = {}
     for line in out.splitlines():
@@ -295,7 +285,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
 )
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path, monkeypatch, capsys, case):
     args, must_mention = _bad_inputs(tmp_path)[case]
-    code, out, err = aiayn(monkeypatch, capsys, "evaluate", *args)
+    code, out, err = cli_here(monkeypatch, capsys, "evaluate", *args)
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
@@ -330,7 +320,7 @@ def test_ragged_references_are_rejected():
 def test_json_output_and_atomic_write(tmp_path, monkeypatch, capsys):
     hyp, ref = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS)
     out_json = tmp_path / "scores.json"
-    code, out, err = aiayn(
+    code, out, err = cli_here(
         monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf", "--json", out_json
     )
     assert code == 0, err
@@ -480,7 +470,7 @@ def test_multi30k_val_references(multi30k_dir, tmp_path, monkeypatch, capsys):
     ]
     hyp_path = write(tmp_path / "perturbed.de", perturbed)
     out_json = tmp_path / "val.json"
-    code, out, err = aiayn(
+    code, out, err = cli_here(
         monkeypatch, capsys, "evaluate", "-i", hyp_path, "-r", ref_path, "--json", out_json, "--paper-bleu"
     )
     assert code == 0, err
@@ -505,13 +495,15 @@ def _split_corpus(tmp_path):
     return data, sources, targets
 
 
-def test_references_from_a_data_split(tmp_path):
+def test_references_from_a_data_split(tmp_path, monkeypatch, capsys):
     import sacrebleu
 
     data, _, targets = _split_corpus(tmp_path)
     hyps = [t if i % 3 else "w5 w6" for i, t in enumerate(targets)]
     (tmp_path / "hyp.de").write_text("\n".join(hyps) + "\n")
-    result = run_cli(
+    code, out, err = cli_here(
+        monkeypatch,
+        capsys,
         "evaluate",
         "-i",
         tmp_path / "hyp.de",
@@ -526,14 +518,14 @@ def test_references_from_a_data_split(tmp_path):
         "--json",
         tmp_path / "out.json",
     )
-    assert result.returncode == 0, result.stderr
+    assert code == 0, err
     expected = sacrebleu.corpus_bleu(hyps, [targets])
     saved = json.loads((tmp_path / "out.json").read_text())
     assert saved["scores"]["sacrebleu"]["score"] == expected.score
-    assert f"{expected.score:.2f}" in result.stdout
+    assert f"{expected.score:.2f}" in out
 
 
-def test_model_translates_the_split_then_scores(tmp_path):
+def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
     import sacrebleu
     from conftest import save_tiny_model
 
@@ -541,7 +533,9 @@ def test_model_translates_the_split_then_scores(tmp_path):
 
     data, sources, targets = _split_corpus(tmp_path)
     model = save_tiny_model(tmp_path / "model")
-    result = run_cli(
+    code, _, err = cli_here(
+        monkeypatch,
+        capsys,
         "evaluate",
         "--model",
         model,
@@ -558,7 +552,7 @@ def test_model_translates_the_split_then_scores(tmp_path):
         "--json",
         tmp_path / "out.json",
     )
-    assert result.returncode == 0, result.stderr
+    assert code == 0, err
     hyps = (tmp_path / "hyp.de").read_text().splitlines()
     assert hyps == Translator.from_pretrained(str(model)).translate(sources)
     saved = json.loads((tmp_path / "out.json").read_text())
@@ -566,7 +560,7 @@ def test_model_translates_the_split_then_scores(tmp_path):
     assert saved["inputs"]["model"] == str(model)
 
 
-def test_split_mode_bad_inputs(tmp_path):
+def test_split_mode_bad_inputs(tmp_path, monkeypatch, capsys):
     data, _, _ = _split_corpus(tmp_path)
     (tmp_path / "short.de").write_text("w1\n")
     cases = [
@@ -582,8 +576,8 @@ def test_split_mode_bad_inputs(tmp_path):
         (["--data-dir", data, "-s", "en", "-t", "de"], "either --hypotheses"),
     ]
     for args, phrase in cases:
-        result = run_cli("evaluate", *args)
-        assert result.returncode == 2 and phrase in result.stderr, (args, result.stderr)
+        code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+        assert code == 2 and phrase in err, (args, err)
 
 
 def test_inputs_for_scoring_are_a_library_call(tmp_path):

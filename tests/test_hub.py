@@ -10,9 +10,8 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import run_cli, save_tiny_model
+from conftest import cli_here, run_cli, save_tiny_model
 
-from aiayn_cli.cli import main
 from aiayn_cli.evaluation.scoring import score
 
 SECRET = "hf_abcdefSECRETtoken1234567890"
@@ -40,26 +39,16 @@ def run_dir(tmp_path):
     return run
 
 
-def run_main(args: list, capsys) -> tuple[int, str]:
-    """Run the CLI in this process (so that monkeypatches apply); returns the exit code and all output."""
-    sys.argv = ["aiayn", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
 def front_matter(readme: str) -> dict:
     assert readme.startswith("---\n")
     return yaml.safe_load(readme.split("---\n")[1])
 
 
-def test_dry_run_writes_the_exact_folder(run_dir, tmp_path):
+def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "staged"
-    result = run_cli(
+    code, stdout, stderr = cli_here(
+        monkeypatch,
+        capsys,
         "push",
         run_dir / "averaged",
         "--repo-id",
@@ -74,7 +63,7 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path):
         "--dataset",
         "bentrevett/multi30k",
     )
-    assert result.returncode == 0, result.stderr
+    assert code == 0, stderr
     names = {p.name for p in out.iterdir()}
     assert {
         "model.safetensors",
@@ -90,31 +79,20 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path):
         "eval_results.json",
     } <= names
     for name in names:
-        assert name in result.stdout
+        assert name in stdout
     config = json.loads((out / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_aiayn.AiaynForConditionalGeneration"
     assert json.loads((out / "generation_config.json").read_text())["length_penalty_style"] == "gnmt"
     assert not [p for p in tmp_path.rglob(".staged.*")]  # no temporary folder left behind
 
 
-def test_model_card_metadata_parses(run_dir, tmp_path):
+def test_model_card_metadata_parses(run_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "staged"
-    assert (
-        run_cli(
-            "push",
-            run_dir / "averaged",
-            "--repo-id",
-            "someone/aiayn-tiny",
-            "--dry-run",
-            "--output-dir",
-            out,
-            "--eval-json",
-            run_dir / "eval.json",
-            "--dataset",
-            "multi30k",
-        ).returncode
-        == 0
-    )
+    code, _, err = cli_here(
+        monkeypatch, capsys, "push", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run",
+        "--output-dir", out, "--eval-json", run_dir / "eval.json", "--dataset", "multi30k",
+    )  # fmt: skip
+    assert code == 0, err
     readme = (out / "README.md").read_text()
     meta = front_matter(readme)
     assert meta["language"] == ["en", "de"]
@@ -200,22 +178,11 @@ def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, 
             return "https://huggingface.co/someone/x/commit/abc"
 
     monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
-    code, output = run_main(
-        [
-            "push",
-            run_dir / "averaged",
-            "--repo-id",
-            "someone/x",
-            "--private",
-            "--revision",
-            "v1",
-            "--commit-message",
-            "first",
-            "--token",
-            SECRET,
-        ],
-        capsys,
-    )
+    code, out, err = cli_here(
+        monkeypatch, capsys, "push", run_dir / "averaged", "--repo-id", "someone/x", "--private",
+        "--revision", "v1", "--commit-message", "first", "--token", SECRET,
+    )  # fmt: skip
+    output = out + err
     assert code == 0, output
     assert calls["token"] == SECRET and calls["create"] == ("someone/x", True)
     assert calls["branch"] == "v1" and calls["upload"] == ("someone/x", "v1", "first")
@@ -247,12 +214,15 @@ def test_permission_errors_are_one_line(run_dir, monkeypatch, capsys, status, ph
             raise HfHubHTTPError(f"{status} error for {SECRET}", response=response)
 
     monkeypatch.setattr("huggingface_hub.HfApi", RefusingApi)
-    code, output = run_main(["push", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET], capsys)
+    code, out, err = cli_here(
+        monkeypatch, capsys, "push", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET
+    )
+    output = out + err
     lines = [line for line in output.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and phrase in lines[0] and SECRET not in output
 
 
-def test_bad_inputs(run_dir, tmp_path):
+def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
     cases = [
         (["push", tmp_path / "nope", "--repo-id", "a/b", "--dry-run"], "no such model folder"),
         (["push", run_dir / "averaged", "--repo-id", "no-slash", "--dry-run"], "--repo-id"),
@@ -275,16 +245,16 @@ def test_bad_inputs(run_dir, tmp_path):
     (no_tokenizer / "tokenizer_config.json").unlink()
     cases.append((["push", no_tokenizer, "--repo-id", "a/b", "--dry-run"], "no tokenizer"))
     for args, phrase in cases:
-        result = run_cli(*args)
-        assert result.returncode == 2, (args, result.stderr)
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and phrase in lines[0], (args, result.stderr)
+        code, _, err = cli_here(monkeypatch, capsys, *args)
+        assert code == 2, (args, err)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and phrase in lines[0], (args, err)
 
 
-def test_tokenizer_that_does_not_match_the_model(tmp_path):
+def test_tokenizer_that_does_not_match_the_model(tmp_path, monkeypatch, capsys):
     folder = save_tiny_model(tmp_path / "m", vocab_size=72)
     from conftest import word_level_tokenizer
 
     word_level_tokenizer(60).save_pretrained(folder)
-    result = run_cli("push", folder, "--repo-id", "a/b", "--dry-run")
-    assert result.returncode == 2 and "vocab_size" in result.stderr
+    code, _, err = cli_here(monkeypatch, capsys, "push", folder, "--repo-id", "a/b", "--dry-run")
+    assert code == 2 and "vocab_size" in err

@@ -82,12 +82,10 @@ def test_the_choice_is_saved_with_the_other_settings(tmp_path):
     assert not list(folder.glob("*.tmp*"))
 
 
-def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path):
+def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, monkeypatch, capsys):
     """`aiayn evaluate --model M --split validation --length-penalty-grid ... --save-length-penalty`: the
     choice for a model trained without a grid (or averaged by hand), as `aiayn train` makes it."""
     import shutil
-
-    from conftest import run_cli
 
     folder = Path(shutil.copytree(model_folder, tmp_path / "model"))
     translator = Translator.from_pretrained(str(folder))  # the precision `aiayn evaluate` chooses too
@@ -100,12 +98,12 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path):
     (data / "val.de").write_text("\n".join(by_alpha[2.0]) + "\n")  # alpha 2 scores 100
     before = json.loads((folder / "generation_config.json").read_text())
     args = ["--model", folder, "--data-dir", data, "-s", "en", "-t", "de", "--split", "validation"]
-    result = run_cli(
-        "evaluate", *args, "--length-penalty-grid", "0,2", "--save-length-penalty",
+    code, _, err = cli_here(
+        monkeypatch, capsys, "evaluate", *args, "--length-penalty-grid", "0,2", "--save-length-penalty",
         "-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json",
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "alpha 2, chosen on 24 validation sentences" in result.stderr
+    assert code == 0, err
+    assert "alpha 2, chosen on 24 validation sentences" in err
     saved = json.loads((tmp_path / "out.json").read_text())
     assert saved["inputs"]["length_penalty"] == 2.0
     assert saved["inputs"]["length_penalty_bleu"]["2"] == pytest.approx(100.0)
@@ -117,8 +115,8 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path):
     assert after == before
     # without --save-length-penalty the folder is left alone
     (folder / "generation_config.json").write_text(json.dumps({**before, "length_penalty": 0.6}))
-    result = run_cli("evaluate", *args, "--length-penalty-grid", "0,2")
-    assert result.returncode == 0, result.stderr
+    code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args, "--length-penalty-grid", "0,2")
+    assert code == 0, err
     assert json.loads((folder / "generation_config.json").read_text())["length_penalty"] == 0.6
 
 
