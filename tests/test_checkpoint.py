@@ -129,22 +129,22 @@ def test_save_checkpoint_round_trip(tmp_path):
     shutil.rmtree(path)
 
 
-def test_average_command_last_n_of_a_run(tmp_path):
-    from conftest import run_cli
+def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
+    from conftest import cli_here
 
     run = tmp_path / "run"
     for step, seed in ((10, 1), (20, 2), (30, 3)):
         folder = run / f"checkpoint-{step}"
         _model(seed).save_pretrained(folder)
         (folder / "trainer_state.json").write_text(json.dumps({"step": step}))
-    result = run_cli("average", run, "--last", "2", "-o", tmp_path / "avg")
-    assert result.returncode == 0, result.stderr
-    assert "checkpoint-20, checkpoint-30" in result.stdout
+    code, out, err = cli_here(monkeypatch, capsys, "average", run, "--last", "2", "-o", tmp_path / "avg")
+    assert code == 0, err
+    assert "checkpoint-20, checkpoint-30" in out
     expected = average_checkpoints([run / "checkpoint-20", run / "checkpoint-30"])
     got = load_weights(tmp_path / "avg")
     assert all(torch.equal(got[k], expected[k]) for k in expected)
     w20, w30 = load_weights(run / "checkpoint-20"), load_weights(run / "checkpoint-30")
     name = "model.shared.weight"
     assert torch.allclose(got[name], (w20[name] + w30[name]) / 2, atol=1e-7)
-    again = run_cli("average", run, "--last", "2", "-o", tmp_path / "avg")
-    assert again.returncode == 2 and "exists; pass --overwrite" in again.stderr
+    code, _, err = cli_here(monkeypatch, capsys, "average", run, "--last", "2", "-o", tmp_path / "avg")
+    assert code == 2 and "exists; pass --overwrite" in err

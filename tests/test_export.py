@@ -11,7 +11,7 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from conftest import run_cli, word_level_tokenizer  # noqa: E402
+from conftest import cli_here, word_level_tokenizer  # noqa: E402
 from test_decoding import tiny_model  # noqa: E402
 
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
@@ -104,10 +104,11 @@ def test_the_position_table_is_the_models_own(tmp_path):
     assert table[1, 1] == pytest.approx(math.cos(1.0))  # PE(1, 1) = cos(1): interleaved
 
 
-def test_int8_export_translates_and_the_folder_is_complete(tmp_path):
+def test_int8_export_translates_and_the_folder_is_complete(tmp_path, monkeypatch, capsys):
     model_dir = saved_model(tmp_path / "model")
-    result = run_cli("export", model_dir, "--to", "ctranslate2", "-o", tmp_path / "int8", "--quantization", "int8")
-    assert result.returncode == 0, result.stderr
+    args = ("export", model_dir, "--to", "ctranslate2", "-o", tmp_path / "int8", "--quantization", "int8")
+    code, _, err = cli_here(monkeypatch, capsys, *args)
+    assert code == 0, err
     names = {p.name for p in (tmp_path / "int8").iterdir()}
     assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "README.md"} <= names
     readme = (tmp_path / "int8" / "README.md").read_text()
@@ -117,7 +118,7 @@ def test_int8_export_translates_and_the_folder_is_complete(tmp_path):
     assert len(ours) == 20 and any(ours)
 
 
-def test_export_mistakes_are_one_line(tmp_path):
+def test_export_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
     from aiayn_cli.errors import AiaynError
 
     model_dir = saved_model(tmp_path / "model")
@@ -127,6 +128,6 @@ def test_export_mistakes_are_one_line(tmp_path):
         export_ctranslate2(model_dir, tmp_path / "busy")
     with pytest.raises(AiaynError, match="quantization int4: choose one of float32, int8"):
         export_ctranslate2(model_dir, tmp_path / "out", quantization="int4")
-    result = run_cli("export", model_dir, "--to", "onnx", "-o", tmp_path / "out")
-    assert result.returncode == 2 and result.stderr.strip() == "error: --to onnx: choose one of ctranslate2"
+    code, _, err = cli_here(monkeypatch, capsys, "export", model_dir, "--to", "onnx", "-o", tmp_path / "out")
+    assert code == 2 and err.strip() == "error: --to onnx: choose one of ctranslate2"
     assert not (tmp_path / "out").exists()

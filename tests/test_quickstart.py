@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import sacrebleu
-from conftest import run_cli
+from conftest import cli_here
 
 from aiayn_cli.quickstart.pipeline import run_quickstart
 
@@ -41,9 +41,9 @@ def test_quickstart_as_shipped_learns_the_generated_language(tmp_path):
     assert result.bleu >= 90.0, result.bleu
 
 
-def test_quickstart_refuses_a_non_empty_folder(tmp_path):
+def test_quickstart_refuses_a_non_empty_folder(tmp_path, monkeypatch, capsys):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "keep.txt").write_text("mine")
-    result = run_cli("quickstart", "-o", tmp_path / "qs")
-    assert result.returncode == 2 and "--overwrite" in result.stderr
+    code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs")
+    assert code == 2 and "--overwrite" in err
     assert (tmp_path / "qs" / "keep.txt").read_text() == "mine"
