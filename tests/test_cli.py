@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from conftest import run_cli
+from conftest import cli_here, run_cli
 
 from aiayn_cli import __version__
 
@@ -33,19 +33,20 @@ def test_console_script():
     assert result.returncode == 0 and __version__ in result.stdout
 
 
-def test_library_errors_name_keys_and_the_cli_names_flags(tmp_path):
+def test_library_errors_name_keys_and_the_cli_names_flags(tmp_path, monkeypatch, capsys):
     from aiayn_cli.data.corpus import DataSpec
     from aiayn_cli.errors import AiaynError
 
     with pytest.raises(AiaynError) as error:
         DataSpec(dataset="wmt14", data_dir=str(tmp_path), source_lang="en", target_lang="de").validate()
     assert str(error.value) == "give one data source, not dataset and data_dir"  # the library's own terms
-    result = run_cli("train-tokenizer", "--dataset", "wmt14", "--data-dir", tmp_path, "-s", "en", "-t", "de",
-                     "-o", tmp_path / "tok")  # fmt: skip
-    assert result.returncode == 2
-    assert result.stderr.strip() == "error: give one data source, not --dataset and --data-dir"
-    result = run_cli("train-tokenizer", "--data-dir", tmp_path, "-o", tmp_path / "tok")
-    assert result.stderr.strip() == "error: --source-lang and --target-lang are required for this data source"
+    code, _, err = cli_here(monkeypatch, capsys, "train-tokenizer", "--dataset", "wmt14", "--data-dir", tmp_path,
+                            "-s", "en", "-t", "de", "-o", tmp_path / "tok")  # fmt: skip
+    assert code == 2
+    assert err.strip() == "error: give one data source, not --dataset and --data-dir"
+    code, _, err = cli_here(monkeypatch, capsys, "train-tokenizer", "--data-dir", tmp_path, "-o", tmp_path / "tok")
+    assert code == 2
+    assert err.strip() == "error: --source-lang and --target-lang are required for this data source"
 
 
 @pytest.mark.parametrize("flag", ["--version", "--help"])
