@@ -90,10 +90,19 @@ def test_bench_train_runs_every_side_on_a_small_corpus(tmp_path):
         assert ratio and float(ratio[1]) > 0, stdout
 
 
-def test_bench_gemm_prints_a_row_per_projection():
-    stdout = _run(
-        "bench_gemm.py", "--d-model", "16", "--d-ff", "32", "--vocab", "50", "--rows", "2", "4", "--repeats", "1"
-    )
+def test_bench_gemm_prints_a_row_per_projection(monkeypatch, capsys):
+    import runpy
+
+    import torch
+
+    args = ["--d-model", "16", "--d-ff", "32", "--vocab", "50", "--rows", "2", "4", "--repeats", "1"]
+    monkeypatch.setattr(sys, "argv", ["bench_gemm.py", *args])
+    threads = torch.get_num_threads()
+    try:  # in this process: the script sets the thread count
+        runpy.run_path(str(BENCHMARKS / "bench_gemm.py"), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)
+    stdout = capsys.readouterr().out
     assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
     for name in ("qkv", "w_1", "w_2", "lm_head"):
         row = re.search(rf"^\| {name} \| \d+ x \d+ \| (.+) \|$", stdout, re.M)
