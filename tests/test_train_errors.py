@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, run_cli
+from conftest import REPO_ROOT, cli_here, run_cli
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 
@@ -21,15 +20,7 @@ def tokenizer(tmp_path_factory):
     return root / "tok"
 
 
-def aiayn(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    """Run the CLI in this process (as `python -m aiayn_cli` does); (exit code, stdout, stderr)."""
-    from aiayn_cli.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["aiayn", *map(str, args)])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
+aiayn = cli_here  # the CLI in this process: (exit code, stdout, stderr)
 
 
 def one_error_line(code: int, err: str) -> str:
