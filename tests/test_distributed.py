@@ -4,7 +4,9 @@ same global batch (`--update-freq 2`).
 Dropout stays on (P_drop 0.1): each batch's RNG is seeded from (seed, step, its index in the global
 batch), and batch j of process r is batch j * W + r of the one-process run, so both runs draw the
 same masks for the same sentences. The loss is normalized by the global token count, and DDP
-averages gradients over the processes, so the updates agree up to float rounding.
+averages gradients over the processes, so the updates agree up to float rounding. At the end both
+runs choose how many of the last checkpoints to average (`average_choose`) on the same validation
+losses, and the two-process run reports its choice once.
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ FLAGS = [
     "8",
     "--no-progress",
     "--set",
-    "checkpoint_every_steps=8",
+    "checkpoint_every_steps=4",
     "--set",
     "valid_every_steps=8",
     "--set",
     "trackers=[]",
     "--set",
-    "average_last=null",
+    "average_last=2",
+    "--set",
+    "average_choose=true",
     "--set",
     "valid_bleu_samples=8",
 ]
@@ -113,3 +117,15 @@ def test_two_processes_equal_one_with_update_freq_2(tmp_path):
     assert (
         max_difference(weights(tmp_path / "one" / "checkpoint-8"), weights(tmp_path / "two" / "checkpoint-8")) <= 1e-5
     )
+    # The end of the run: the last 1 or 2 checkpoints averaged, chosen by validation loss, once, on the
+    # whole validation split in both runs (the two processes' losses gathered).
+    assert double.stderr.count("checkpoints averaged: the last") == 1, double.stderr
+    choices = {}
+    for run in ("one", "two"):
+        records = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        (choice,) = [r for r in records if "average_choice" in r]
+        choices[run] = {int(k): v for k, v in choice["average_valid_loss"].items()}
+        assert sorted(choices[run]) == [1, 2] and choice["average_choice"] == min(choices[run], key=choices[run].get)
+        assert (tmp_path / run / "averaged" / "model.safetensors").is_file()
+    for k in (1, 2):
+        assert choices["two"][k] == pytest.approx(choices["one"][k], abs=1e-4)
