@@ -109,3 +109,68 @@ def test_bench_gemm_prints_a_row_per_projection(monkeypatch, capsys):
         assert row, f"no row for {name}:\n{stdout}"
         cells = row[1].split(" | ")
         assert len(cells) == 2 and all(re.fullmatch(r"\d+ -> \d+", c) for c in cells), cells
+
+
+def _says_which_cpu(stdout: str) -> None:
+    assert re.search(r"capability", stdout, re.I) and re.search(r"bf16", stdout), stdout[:2000]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    folder = tmp_path / "corpus"
+    write_text_split(folder, "train", make_pairs(400, seed=1))
+    write_text_split(folder, "val", make_pairs(30, seed=2))
+    write_text_split(folder, "test2016", make_pairs(30, seed=3))
+    return folder
+
+
+@pytest.mark.slow
+def test_bench_data_and_bench_scale_run_on_a_small_corpus(corpus, tmp_path):
+    stdout = _run("bench_data.py", "--multi30k", str(corpus), "--vocab-size", "400", "--repeats", "1")
+    _says_which_cpu(stdout)
+    for row in ("train joint BPE", "round trip, validation source", "tokenize_split", "token batches"):
+        assert re.search(rf"^{re.escape(row)}", stdout, re.M), (row, stdout)
+    stdout = _run("bench_scale.py", "--multi30k", str(corpus), "--sizes", "500", "--workdir", str(tmp_path / "w"))
+    _says_which_cpu(stdout)
+    row = [line for line in stdout.splitlines() if line.startswith("| 0.0005M |")]
+    assert len(row) == 1 and row[0].count("|") == 8, stdout
+
+
+@pytest.mark.slow
+def test_bench_serve_runs_both_servers(tmp_path):
+    stdout = _run("bench_serve.py", "--clients", "1", "2", "--requests", "4", "--repeats", "1", "--new-tokens", "3")
+    _says_which_cpu(stdout)
+    for clients in (1, 2):
+        row = re.search(rf"^\| {clients} \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x", stdout, re.M)
+        assert row and all(float(v) > 0 for v in row.groups()), stdout
+
+
+@pytest.mark.slow
+def test_bench_export_and_bench_model_run(corpus, tmp_path):
+    from conftest import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "model")
+    stdout = _run(
+        "bench_export.py", "--model", str(model), "--input", str(corpus / "test2016.en"),
+        "--references", str(corpus / "test2016.de"), "--limit", "6", "--repeats", "1",
+    )  # fmt: skip
+    _says_which_cpu(stdout)
+    systems = re.findall(r"^\| (.+?) \| [\d.]+ \| [\d.]+ \| [\d.]+x \|$", stdout, re.M)
+    assert len(systems) >= 2 and systems[0].startswith("aiayn"), stdout
+    stdout = _run("bench_model.py", "--dims", "tiny", "--repeats", "1", "--threads", "1")
+    _says_which_cpu(stdout)
+    for measure in ("train (target tokens)", "beam-4 generate()"):
+        row = re.search(rf"^tiny\s+{re.escape(measure)}\s+(\d+)\s+(\d+)\s+([\d.]+)x", stdout, re.M)
+        assert row and all(float(v) > 0 for v in row.groups()), stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REPO_ROOT / ".git").exists(), reason="compares against a git revision of this checkout")
+def test_bench_decode_change_compares_two_revisions():
+    stdout = _run(
+        "bench_decode_change.py", "--baseline", "HEAD", "--dims", "small", "--batch", "1",
+        "--repeats", "1", "--rounds", "1", "--new-tokens", "3",
+    )  # fmt: skip
+    _says_which_cpu(stdout)
+    row = re.search(r"^\| small \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) ", stdout, re.M)
+    assert row and all(float(v) > 0 for v in row.groups()), stdout
