@@ -17,7 +17,7 @@ was a fifth of the process's CPU time in the kernel, and jemalloc set never to g
 left. The restart sets `MALLOC_CONF` to it where the environment has no `MALLOC_CONF` of its own.
 
 An allocator can only be chosen before the process starts, so the `aiayn` commands that train
-start again, once, with `LD_PRELOAD` naming the library (`os.execv`: the same process id, the same
+start again, once, with `LD_PRELOAD` naming the library (`os.execve`: the same process id, the same
 arguments and environment). `AIAYN_ALLOCATOR=system` keeps glibc's malloc; a `LD_PRELOAD` that
 already names an allocator is left as it is.
 """

@@ -1,7 +1,8 @@
 """`aiayn export --to ctranslate2` on a trained model: same translations, BLEU of int8, speed.
 
-    python benchmarks/bench_export.py --model runs/quickstart/averaged \\
-        --input data/test.en --references data/test.de          # 500 sentences: the quickstart's test set
+    aiayn quickstart --minutes 15                                # writes aiayn-quickstart/
+    python benchmarks/bench_export.py --model aiayn-quickstart/run/averaged \\
+        --input aiayn-quickstart/data/test.en --references aiayn-quickstart/data/test.de  # its 500 test sentences
 
 What it measures, in one run:
 
