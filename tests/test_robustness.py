@@ -52,6 +52,51 @@ def test_a_damaged_model_is_one_line_everywhere(monkeypatch, capsys, tmp_path, t
     assert sorted(p.name for p in tmp_path.iterdir()) == [model.name]  # no avg, no hub, no temporary
 
 
+def _edited(tmp_path: Path, tiny: Path, name: str, file: str, edit) -> Path:
+    model = tmp_path / name
+    shutil.copytree(tiny, model)
+    path = model / file
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return model
+
+
+def _json_edit(**changes):
+    return lambda text: json.dumps({**json.loads(text), **changes})
+
+
+def test_a_model_folder_that_does_not_hold_together_is_one_line_everywhere(monkeypatch, capsys, tmp_path, tiny):
+    """A config.json of another size than the weights, a generation_config.json that is not JSON or that
+    cannot be decoded with, a tokenizer file that is not JSON: each is named, by every command that loads
+    a model, and nothing is written."""
+    d_model = json.loads((tiny / "config.json").read_text())["d_model"]
+    cases = {
+        "config.json does not match model.safetensors": _edited(
+            tmp_path, tiny, "sizes", "config.json", _json_edit(d_model=2 * d_model)
+        ),
+        "generation_config.json: cannot be read": _edited(
+            tmp_path, tiny, "gen", "generation_config.json", lambda text: "{oops"
+        ),
+        "generation_config.json: num_beams must be >= 1, got -3": _edited(
+            tmp_path, tiny, "beams", "generation_config.json", _json_edit(num_beams=-3)
+        ),
+        "tokenizer.json: cannot load its tokenizer": _edited(
+            tmp_path, tiny, "tok", "tokenizer.json", lambda text: text[: len(text) // 2]
+        ),
+    }
+    made = sorted(p.name for p in tmp_path.iterdir())
+    for expected, model in cases.items():
+        commands = {
+            "translate": ["translate", "-m", model, "w5 w6"],
+            "push": ["push", model, "--repo-id", "u/m", "--dry-run", "--output-dir", tmp_path / "hub"],
+            "paper": ["paper", "scaling", "-m", model, "-o", tmp_path / "figures"],
+        }
+        for command, args in commands.items():
+            line = one_error_line(*aiayn(monkeypatch, capsys, *args)[::2])
+            assert expected in line and str(model) in line, (command, line)
+            assert "--beam" not in line  # a saved value is not an option the user gave
+    assert sorted(p.name for p in tmp_path.iterdir()) == made  # no hub folder, no figures
+
+
 def _fake_run(run: Path, tiny: Path) -> Path:
     for step in (10, 20, 30):
         shutil.copytree(tiny, run / f"checkpoint-{step}")

@@ -19,6 +19,7 @@ the keyword options of `translate` override them. Warnings go to the `aiayn_cli.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -84,6 +85,74 @@ def check_tokenizer(model, tokenizer, where: str = "the tokenizer") -> None:
     check_token_ids(tokenizer, vocab_size=config.vocab_size, special_ids=ids, where=where)
 
 
+def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str | None = None):
+    """The model and tokenizer of a folder or Hub id (`AutoModelForSeq2SeqLM`, `AutoTokenizer`), or an
+    `AiaynError` line naming what is wrong: a damaged model.safetensors, a config.json whose sizes are
+    not those of the weights, weights the config expects but the file lacks, a generation_config.json
+    that cannot be read or decoded with, a tokenizer that cannot be loaded. `key`: the option that named
+    the model, for the error line."""
+    import transformers
+    from safetensors import SafetensorError
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    where = str(path_or_hub_id)
+    folder = Path(where).expanduser()
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # its report of mismatched weights: the line below says it
+    try:
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(where, revision=revision, output_loading_info=True)
+    except SafetensorError as err:
+        raise AiaynError(
+            f"{where}: its model.safetensors is damaged or truncated ({first_line(err)})", key=key
+        ) from None
+    except RuntimeError as err:
+        if "mismatch" not in str(err):
+            raise
+        raise AiaynError(
+            f"{where}: config.json does not match model.safetensors (weights of other sizes); "
+            "the config saved with the weights belongs beside them",
+            key=key,
+        ) from None
+    except (OSError, ValueError, KeyError) as err:
+        raise AiaynError(f"{where}: cannot load a model ({first_line(err)})", key=key) from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    if info.get("missing_keys"):
+        missing = sorted(info["missing_keys"])
+        raise AiaynError(
+            f"{where}: model.safetensors lacks {len(missing)} weight(s) that config.json asks for (e.g. {missing[0]})",
+            key=key,
+        )
+    if (folder / "generation_config.json").is_file():
+        try:
+            GenerationConfig.from_pretrained(folder)
+        except (OSError, ValueError) as err:
+            raise AiaynError(f"{folder / 'generation_config.json'}: cannot be read ({first_line(err)})") from None
+        try:
+            DecodingOptions.from_generation_config(model.generation_config).validate()
+        except AiaynError as err:
+            raise AiaynError(f"{folder / 'generation_config.json'}: {err.key or 'a value'} {err.message}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, revision=revision)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AiaynError(
+            f"{_broken_json(folder) or where}: cannot load its tokenizer ({first_line(err)})", key=key
+        ) from None
+    return model, tokenizer
+
+
+def _broken_json(folder: Path) -> Path | None:
+    """The first of a model folder's tokenizer files that is not valid JSON, if any."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        path = folder / name
+        try:
+            if path.is_file():
+                json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return path
+    return None
+
+
 class Translator:
     """A model and its tokenizer on one device, ready to translate.
 
@@ -137,22 +206,8 @@ class Translator:
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`)."""
-        from safetensors import SafetensorError
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
         _check_local(path_or_hub_id)
-        try:
-            model = AutoModelForSeq2SeqLM.from_pretrained(path_or_hub_id, revision=revision)
-        except SafetensorError as err:
-            raise AiaynError(
-                f"{path_or_hub_id}: its model.safetensors is damaged or truncated ({first_line(err)})", key="model"
-            ) from None
-        except (OSError, ValueError, KeyError) as err:
-            raise AiaynError(f"{path_or_hub_id}: cannot load a model ({first_line(err)})", key="model") from None
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path_or_hub_id, revision=revision)
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise AiaynError(f"{path_or_hub_id}: cannot load its tokenizer ({first_line(err)})", key="model") from None
+        model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
         return cls(model, tokenizer, device=device, dtype=dtype)
 
     # -----------------------------------------------------------------------------------------
@@ -389,4 +444,12 @@ def _check_local(path_or_hub_id: str) -> None:
         raise AiaynError(f"{path_or_hub_id}: no such model folder", key="model")
 
 
-__all__ = ["Translator", "check_tokenizer", "decode_lines", "make_batches", "pick_device", "pick_dtype"]
+__all__ = [
+    "Translator",
+    "check_tokenizer",
+    "decode_lines",
+    "load_pretrained",
+    "make_batches",
+    "pick_device",
+    "pick_dtype",
+]

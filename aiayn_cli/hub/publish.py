@@ -74,7 +74,6 @@ def find_beside(model_dir: Path, names: tuple[str, ...]) -> Path | None:
 
 def load_for_staging(model_dir: Path):
     """The model and tokenizer of a folder written by `aiayn train` / `aiayn average` (or any aiayn folder)."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .. import AiaynForConditionalGeneration  # registers the auto classes
 
@@ -82,15 +81,9 @@ def load_for_staging(model_dir: Path):
         raise AiaynError(f"{model_dir}: not a model folder (no config.json)")
     if not any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise AiaynError(f"{model_dir}: no tokenizer files (tokenizer.json); save the tokenizer beside the model")
-    from safetensors import SafetensorError
+    from ..decoding.translator import load_pretrained
 
-    try:
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    except SafetensorError as err:
-        raise AiaynError(f"{model_dir}: its model.safetensors is damaged or truncated ({first_line(err)})") from None
-    except (OSError, ValueError) as err:
-        raise AiaynError(f"{model_dir}: cannot load the model: {first_line(err)}") from None
+    model, tokenizer = load_pretrained(str(model_dir))
     if not isinstance(model, AiaynForConditionalGeneration):
         raise AiaynError(f"{model_dir}: holds a {type(model).__name__}, not an aiayn model")
     if len(tokenizer) != model.config.vocab_size:

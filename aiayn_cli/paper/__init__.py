@@ -24,7 +24,7 @@ import importlib
 from pathlib import Path
 
 from ..errors import AiaynError
-from .common import TopicResult, prepare_output_dir
+from .common import TopicResult, load_model, prepare_output_dir
 
 # Topic -> (module, needs --model and a sentence pair)
 TOPICS = {
@@ -64,6 +64,8 @@ def run_topic(
     for flag, text in (("--source", source), ("--target", target)):
         if text is not None and not text.strip():
             raise AiaynError(f"{flag} is empty: give a sentence")
+    if model is not None:  # before anything is written: a model that does not load leaves no folder behind
+        load_model(model)
     output = prepare_output_dir(output_dir)
     module = importlib.import_module(f".{module_name}", __name__)
     if topic == "complexity":  # measured with the threads a model would get here

@@ -3,6 +3,7 @@ a small padded batch of real sentences and the tokenizer that reads them."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,8 +83,10 @@ def write_markdown(result: TopicResult, title: str, sections: list[str]) -> Path
     return path
 
 
+@functools.lru_cache(maxsize=1)
 def load_model(model: str):
-    """A saved aiayn model and its tokenizer, in evaluation mode on the CPU: (model, tokenizer)."""
+    """A saved aiayn model and its tokenizer, in evaluation mode on the CPU: (model, tokenizer); loaded
+    once per path (`run_topic` checks it before writing anything, the topic then uses it)."""
     from ..decoding.translator import Translator
 
     translator = Translator.from_pretrained(model, device="cpu")

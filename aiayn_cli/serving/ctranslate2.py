@@ -58,15 +58,9 @@ def export_ctranslate2(model_dir: str | Path, output_dir: str | Path, quantizati
 
 
 def load(model_dir: str):
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from ..decoding.translator import check_tokenizer, load_pretrained
 
-    from ..decoding.translator import check_tokenizer
-
-    try:
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    except (OSError, ValueError, KeyError) as err:
-        raise AiaynError(f"{model_dir}: cannot load a model and its tokenizer ({str(err).splitlines()[0]})") from None
+    model, tokenizer = load_pretrained(model_dir)
     if not isinstance(model, AiaynForConditionalGeneration):
         raise AiaynError(f"{model_dir}: not an aiayn model ({type(model).__name__})")
     check_tokenizer(model, tokenizer, where=f"{model_dir}: the tokenizer")
