@@ -263,6 +263,13 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
         "no language": (["-i", hyp, "-r", tmp_path / "refs.txt", "--paper-bleu"], ["--lang", "refs.txt"]),
         "unknown language": (["-i", hyp, "-r", ref, "--paper-bleu", "--lang", "xx"], ["'xx'"]),
         "json folder missing": (["-i", hyp, "-r", ref, "--json", tmp_path / "no" / "out.json"], ["out.json", "exist"]),
+        "json over the hypotheses": (["-i", hyp, "-r", ref, "--json", hyp], ["--json", "is the input file"]),
+        "json over the references": (["-i", hyp, "-r", ref, "--json", ref], ["--json", "is the input file"]),
+        "output without a model": (["-i", hyp, "-r", ref, "-o", tmp_path / "out.txt"], ["--output", "--model"]),
+        "output and json the same": (
+            ["-i", hyp, "-r", ref, "-o", tmp_path / "o.txt", "--json", tmp_path / "o.txt"],
+            ["--output", "--json", "same file"],
+        ),
     }
 
 
@@ -281,10 +288,15 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
         "no language",
         "unknown language",
         "json folder missing",
+        "json over the hypotheses",
+        "json over the references",
+        "output without a model",
+        "output and json the same",
     ],
 )
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path, monkeypatch, capsys, case):
     args, must_mention = _bad_inputs(tmp_path)[case]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     code, out, err = cli_here(monkeypatch, capsys, "evaluate", *args)
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -292,6 +304,7 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path, monkeypatch, capsys, case
     for text in must_mention:
         assert text in err
     assert not (tmp_path / "no").exists()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before  # nothing replaced or added
     if case == "json folder missing":
         assert out == ""  # refused before any work
 

@@ -113,11 +113,16 @@ def evaluate(
     aiayn evaluate --model MODEL --data-dir DATA -s en -t de --split validation \\
         --length-penalty-grid 0.6,1,1.5,2 --save-length-penalty   # choose alpha (§6.1)
     """
-    from ...evaluation.inputs import check_output_path, inputs_from_files, inputs_from_split
+    from ...evaluation.inputs import inputs_from_files, inputs_from_split
     from ...evaluation.scoring import format_table, score, write_json
 
-    if json_path is not None:
-        check_output_path(json_path)
+    _check_outputs(
+        {"json_path": json_path, "output": output},
+        [*([hypotheses] if hypotheses else []), *(references or []), source_file, target_file, data_file, prefix],
+    )
+    if output is not None and model is None:
+        raise AiaynError("writes the translations of {model}; without it there is nothing to write",
+                         key="output", mentions=("model",))  # fmt: skip
     grid = _alphas(length_penalty_grid) if length_penalty_grid is not None else None
     if save_length_penalty:
         if grid is None:
@@ -197,3 +202,24 @@ def _alphas(text: str) -> list[float]:
             raise AiaynError(f"{item.strip()} is not a finite number >= 0", key="length_penalty_grid")
         alphas.append(alpha)
     return alphas
+
+
+def _check_outputs(outputs: dict[str, Path | None], inputs: list) -> None:
+    """Before any work: each output can be written as a file, is none of the input files (which it
+    would replace), and no two outputs are the same file."""
+    import os
+
+    from ...evaluation.inputs import check_output_path
+
+    given = {key: Path(path) for key, path in outputs.items() if path is not None}
+    for key, path in given.items():
+        try:
+            check_output_path(path)
+        except AiaynError as err:
+            raise AiaynError(err.message, key=key) from None
+        for source in inputs:
+            if source is not None and str(source) != "-" and path.exists() and Path(source).exists():
+                if os.path.samefile(source, path):
+                    raise AiaynError(f"{path}: is the input file {source}; write elsewhere", key=key)
+    if len(given) == 2 and len({p.resolve() for p in given.values()}) == 1:
+        raise AiaynError("{output} and {json_path} name the same file; give two", mentions=("output", "json_path"))
