@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding.incremental import SUPPORTED_CONFIG_FIELDS, IncrementalDecoder, PreparedModel, encode
 from aiayn_cli.decoding.search import DecodingOptions, beam_search, decode, length_penalty
+from aiayn_cli.errors import AiaynError
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -439,6 +441,14 @@ def test_options_come_from_the_generation_config():
     assert (options.num_beams, options.length_penalty) == (2, 0.6)
     with pytest.raises(ValueError, match="nbest"):
         DecodingOptions(num_beams=2, nbest=3).validate()
+
+
+@pytest.mark.parametrize("name", ["length_penalty", "max_len_a", "temperature", "top_p"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_options_must_be_finite(name, value):
+    with pytest.raises(AiaynError, match="finite") as raised:
+        replace(DecodingOptions(do_sample=name == "temperature"), **{name: value}).validate()
+    assert raised.value.key == name
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

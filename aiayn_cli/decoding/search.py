@@ -98,6 +98,9 @@ class DecodingOptions:
 
     def validate(self) -> None:
         """Raise `AiaynError` (a `ValueError`), keyed by the option, for values that cannot be decoded with."""
+        for name in ("length_penalty", "max_len_a", "temperature", "top_p"):
+            if not math.isfinite(getattr(self, name)):
+                raise AiaynError(f"must be a finite number, got {getattr(self, name)}", key=name)
         if self.num_beams < 1:
             raise AiaynError(f"must be >= 1, got {self.num_beams}", key="num_beams")
         if self.length_penalty_style not in LENGTH_PENALTY_STYLES:
