@@ -231,6 +231,22 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
             "--eval-json",
         ),
     ]
+    for i, text in enumerate(["[1, 2]", '{"scores": [1]}', '{"scores": {"sacrebleu": {"score": "high"}}}']):
+        (tmp_path / f"eval{i}.json").write_text(text)
+        cases.append(
+            (
+                [
+                    "push",
+                    run_dir / "averaged",
+                    "--repo-id",
+                    "a/b",
+                    "--dry-run",
+                    "--eval-json",
+                    tmp_path / f"eval{i}.json",
+                ],
+                f"--eval-json {tmp_path / f'eval{i}.json'}: ",
+            )
+        )
     (tmp_path / "not_empty").mkdir()
     (tmp_path / "not_empty" / "x").write_text("x")
     cases.append(
@@ -244,6 +260,7 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
     (no_tokenizer / "tokenizer.json").unlink()
     (no_tokenizer / "tokenizer_config.json").unlink()
     cases.append((["push", no_tokenizer, "--repo-id", "a/b", "--dry-run"], "no tokenizer"))
+    capsys.readouterr()  # what saving the model printed (progress bars, where no CLI call has turned them off yet)
     for args, phrase in cases:
         code, _, err = cli_here(monkeypatch, capsys, *args)
         assert code == 2, (args, err)

@@ -115,9 +115,19 @@ def push(
 
 
 def _read_json(path: Path) -> dict:
+    """The results `aiayn evaluate --json` wrote: an object whose "scores" map each metric to an
+    object with a numeric "score" (those the model card reports)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        results = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise AiaynError(f"--eval-json {path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise AiaynError(f"--eval-json {path}: not valid JSON ({err})") from None
+    scores = results.get("scores") if isinstance(results, dict) else None
+    if not isinstance(scores, dict):
+        raise AiaynError(f'--eval-json {path}: not the output of aiayn evaluate --json (no "scores" object)')
+    for metric, result in scores.items():
+        score = result.get("score") if isinstance(result, dict) else None
+        if isinstance(score, bool) or not isinstance(score, (int, float)):
+            raise AiaynError(f'--eval-json {path}: scores.{metric} has no numeric "score"')
+    return results
