@@ -6,9 +6,11 @@ from typing import Annotated
 
 import typer
 
+from ...errors import AiaynError
 from ...serving.limits import Limits
 
 LIMITS = "Limits and batching"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 
 
 def serve(
@@ -68,12 +70,14 @@ def serve(
         int, typer.Option("--batch-size", min=1, rich_help_panel=LIMITS, help="Sentences per batch.")
     ] = Limits.batch_size,
     log_level: Annotated[
-        str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug.")
+        str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug, trace.")
     ] = "info",
 ) -> None:
     """Serve a model over HTTP: POST /v1/translate, GET /v1/health, GET /v1/model, docs at /docs, a page at /."""
     from ...serving.server import serve as run_server
 
+    if log_level.lower() not in LOG_LEVELS:
+        raise AiaynError(f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_sentences=max_sentences,
@@ -82,4 +86,6 @@ def serve(
         max_tokens=max_tokens,
         batch_size=batch_size,
     )
-    run_server(model, host, port, device=device, dtype=dtype, threads=threads, limits=limits, log_level=log_level)
+    run_server(
+        model, host, port, device=device, dtype=dtype, threads=threads, limits=limits, log_level=log_level.lower()
+    )
