@@ -47,3 +47,10 @@ def test_quickstart_refuses_a_non_empty_folder(tmp_path, monkeypatch, capsys):
     code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs")
     assert code == 2 and "--overwrite" in err
     assert (tmp_path / "qs" / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("minutes", ["0", "-1", "nan", "inf"])
+def test_quickstart_refuses_an_impossible_budget_before_writing(tmp_path, monkeypatch, capsys, minutes):
+    code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs", "--minutes", minutes)
+    assert code == 2 and err.startswith("error: --minutes must be a positive number") and err.count("\n") == 1, err
+    assert not (tmp_path / "qs").exists()

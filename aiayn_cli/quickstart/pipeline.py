@@ -7,6 +7,7 @@ grammar with gender, case, number and adjective agreement; no dataset is downloa
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +54,8 @@ def run_quickstart(
             f"{output}: exists and is not empty; pass {{overwrite}} or choose another {{output_dir}}",
             mentions=("overwrite", "output_dir"),
         )
-    if minutes <= 0:
-        raise AiaynError(f"must be positive, got {minutes}", key="minutes")
+    if not math.isfinite(minutes) or minutes <= 0:
+        raise AiaynError(f"must be a positive number of minutes, got {minutes}", key="minutes")
     output.mkdir(parents=True, exist_ok=True)
     seconds, clock = {}, time.perf_counter()
 
