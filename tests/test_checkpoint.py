@@ -129,6 +129,21 @@ def test_save_checkpoint_round_trip(tmp_path):
     shutil.rmtree(path)
 
 
+def test_resuming_a_checkpoint_of_another_size_is_one_line(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    model = _model(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
+    wider = AiaynForConditionalGeneration(
+        AiaynConfig.from_preset("tiny", vocab_size=40, d_model=2 * model.config.d_model)
+    )
+    before = [t.clone() for t in wider.state_dict().values()]
+    with pytest.raises(AiaynError, match="do not fit the recipe's model") as raised:
+        load_checkpoint(accelerator, wider, torch.optim.Adam(wider.parameters()), path)
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+    assert all(torch.equal(a, b) for a, b in zip(before, wider.state_dict().values()))  # nothing half-loaded
+
+
 def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
     from conftest import cli_here
 

@@ -133,7 +133,14 @@ def load_checkpoint(accelerator, model, optimizer, checkpoint: Path) -> None:
     if not (state / "optimizer.safetensors").is_file():
         raise AiaynError(f"{checkpoint}: no training state ({TRAINING_STATE_DIR}/optimizer.safetensors); not resumable")
     unwrapped = accelerator.unwrap_model(model)
-    result = unwrapped.load_state_dict(load_weights(checkpoint), strict=False)
+    weights, expected = load_weights(checkpoint), unwrapped.state_dict()
+    for name, tensor in weights.items():
+        if name in expected and tuple(tensor.shape) != tuple(expected[name].shape):
+            raise AiaynError(
+                f"{checkpoint}: its weights do not fit the recipe's model ('{name}' is {tuple(tensor.shape)} "
+                f"there, {tuple(expected[name].shape)} in the recipe's model): resume with the recipe it was trained with"
+            )
+    result = unwrapped.load_state_dict(weights, strict=False)
     tied = set(getattr(unwrapped, "_tied_weights_keys", None) or ())
     missing = [k for k in result.missing_keys if k not in tied]
     if missing or result.unexpected_keys:
