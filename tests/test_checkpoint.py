@@ -78,6 +78,26 @@ def _fake_checkpoint(folder, step, complete=True):
     return path
 
 
+def test_average_refuses_checkpoints_of_other_models_or_tokenizers(tmp_path):
+    first, second = _saved(tmp_path, 0), _saved(tmp_path, 1)
+    for folder in (first, second):
+        (folder / "tokenizer.json").write_text('{"vocab": 1}')
+    (second / "tokenizer.json").write_text('{"vocab": 2}')
+    with pytest.raises(AiaynError, match="share their tokenizer"):
+        write_averaged_checkpoint([first, second], tmp_path / "avg")
+    (second / "tokenizer.json").write_text('{"vocab": 1}')
+    config = json.loads((second / "config.json").read_text())
+    (second / "config.json").write_text(json.dumps({**config, "dropout": 0.3}))  # no bearing on the weights
+    write_averaged_checkpoint([first, second], tmp_path / "avg")
+    (second / "config.json").write_text(json.dumps({**config, "num_heads": 1}))
+    with pytest.raises(AiaynError, match="different models \\(num_heads"):
+        write_averaged_checkpoint([first, second], tmp_path / "avg2")
+    (second / "config.json").write_text(json.dumps({**config, "d_model": 2 * config["d_model"]}))
+    with pytest.raises(AiaynError, match="does not match its weights"):
+        write_averaged_checkpoint([second], tmp_path / "avg3")
+    assert not (tmp_path / "avg2").exists() and not (tmp_path / "avg3").exists()
+
+
 def test_listing_ignores_incomplete_and_rotation_keeps_the_best(tmp_path):
     for step in (10, 20, 30, 40):
         _fake_checkpoint(tmp_path, step)

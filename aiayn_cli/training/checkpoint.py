@@ -233,7 +233,9 @@ def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.P
     paths = [Path(p) for p in paths]
     output = Path(output)
     check_average_output(paths, output)
+    _check_same_model(paths)
     averaged = average_checkpoints(paths)
+    _check_config_fits(paths[-1], averaged)
     with staging_dir(output) as tmp:  # removed on any error (a full disk included)
         for item in paths[-1].iterdir():  # config.json, generation_config.json, tokenizer files, model code
             if item.name not in _NOT_COPIED and not item.name.startswith("model-") and item.is_file():
@@ -241,6 +243,54 @@ def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.P
         save_file(averaged, tmp / "model.safetensors", metadata={"format": "pt"})
         _write_json(tmp / "averaged_from.json", {"checkpoints": [p.name for p in paths]})
     return output
+
+
+def _check_same_model(paths: list[Path]) -> None:
+    """The checkpoints are one model's: the same config.json (but for what does not shape the weights
+    or the outputs' meaning: dropout, versions) and the same tokenizer.json, which the average takes
+    from the newest."""
+
+    def read(path: Path) -> dict:
+        try:
+            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise AiaynError(f"{path}: no config.json (not a saved model folder)") from None
+        except (ValueError, UnicodeDecodeError) as err:
+            raise AiaynError(f"{path / 'config.json'}: not valid JSON ({err})") from None
+        return {k: v for k, v in config.items() if "dropout" not in k and not k.endswith("_version")}
+
+    newest, config = paths[-1], read(paths[-1])
+    tokenizer = newest / "tokenizer.json"
+    for path in paths[:-1]:
+        other = read(path)
+        if other != config:
+            key = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))[0]
+            raise AiaynError(
+                f"average: {path} and {newest} are different models ({key}: {other.get(key)!r} against "
+                f"{config.get(key)!r} in config.json)"
+            )
+        theirs = path / "tokenizer.json"
+        if theirs.is_file() and tokenizer.is_file() and theirs.read_bytes() != tokenizer.read_bytes():
+            raise AiaynError(f"average: {theirs} is not {tokenizer}; checkpoints of one run share their tokenizer")
+
+
+def _check_config_fits(path: Path, weights: dict[str, torch.Tensor]) -> None:
+    """The config.json the average takes (the newest's) describes weights of these sizes."""
+    from ..model.configuration_aiayn import AiaynConfig
+    from ..model.modeling_aiayn import AiaynForConditionalGeneration
+
+    try:
+        config = AiaynConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise AiaynError(f"{path / 'config.json'}: cannot be read ({str(err).strip().splitlines()[0]})") from None
+    with torch.device("meta"):
+        shapes = {name: tuple(t.shape) for name, t in AiaynForConditionalGeneration(config).state_dict().items()}
+    for name, tensor in weights.items():
+        if name in shapes and shapes[name] != tuple(tensor.shape):
+            raise AiaynError(
+                f"{path / 'config.json'} does not match its weights ('{name}' is {tuple(tensor.shape)}, "
+                f"the config makes it {shapes[name]})"
+            )
 
 
 def check_average_output(paths: list[Path], output: Path) -> None:
