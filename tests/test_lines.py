@@ -69,3 +69,17 @@ def test_hasher_sees_every_byte(tmp_path):
     for _ in iter_line_chunks(path, hasher=hasher, chunk_bytes=5):
         pass
     assert hasher.digest() == xxhash.xxh3_128_digest(TRICKY * 5)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+@pytest.mark.parametrize("errors", ["strict", "replace"])
+def test_utf16_and_utf32_files_and_streams_are_refused(tmp_path, encoding, errors):
+    text = "ein Hund\nzwei Katzen\n"
+    data = text.encode(encoding) if encoding != "utf-16-be" else b"\xfe\xff" + text.encode(encoding)
+    path = tmp_path / "wide.txt"
+    path.write_bytes(data)
+    name = "UTF-32" if "32" in encoding else "UTF-16"
+    with pytest.raises(AiaynError, match=f"wide.txt: is {name} text"):
+        read_lines(path, errors=errors)
+    with pytest.raises(AiaynError, match=f"stdin: is {name} text"):
+        list(lines_module.decode_lines(iter(data.splitlines(keepends=True)), source="stdin"))

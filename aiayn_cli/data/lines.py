@@ -7,7 +7,8 @@ Every command that reads sentences from a file reads them here, with the same ru
 - the newline after the last line is optional; an empty file has no lines; a UTF-8 byte-order mark at
   the start of the file is skipped;
 - invalid UTF-8 raises `AiaynError` naming the file, the line and the byte (`errors="strict"`), or is
-  replaced by U+FFFD, with the line numbers passed to `on_invalid` (`errors="replace"`).
+  replaced by U+FFFD, with the line numbers passed to `on_invalid` (`errors="replace"`);
+- a UTF-16 or UTF-32 text (a byte-order mark of theirs at the start) raises `AiaynError` either way.
 
 `iter_line_chunks` yields the lines as Arrow string arrays of a few million lines at most, built
 straight from the file's bytes (numpy finds the newlines; no Python string per line), so that a
@@ -72,6 +73,7 @@ def iter_line_chunks(
             at_end = not block
             if start:
                 start = False
+                _refuse_utf16(block, path)
                 if block.startswith(codecs.BOM_UTF8):
                     block = block[len(codecs.BOM_UTF8) :]
             data = carry + block if carry else block
@@ -104,6 +106,8 @@ def decode_lines(raw_lines: Iterable[bytes], source: str = "input") -> Iterator[
     module with `errors="replace"`: a trailing "\\r" and a first-line byte-order mark are dropped; invalid
     UTF-8 is replaced by U+FFFD, with a warning that names the line."""
     for number, raw in enumerate(raw_lines, 1):
+        if number == 1:
+            _refuse_utf16(raw, source)
         raw = raw[:-1] if raw.endswith(b"\n") else raw
         raw = raw[:-1] if raw.endswith(b"\r") else raw
         try:
@@ -112,6 +116,22 @@ def decode_lines(raw_lines: Iterable[bytes], source: str = "input") -> Iterator[
             text = raw.decode("utf-8", errors="replace")
             logger.warning("%s line %d: invalid UTF-8, the bad bytes were replaced by U+FFFD", source, number)
         yield text[1:] if number == 1 and text.startswith("\ufeff") else text
+
+
+_WIDE_BOMS = (  # UTF-32 first: its little-endian mark begins with UTF-16's
+    ("UTF-32", codecs.BOM_UTF32_LE),
+    ("UTF-32", codecs.BOM_UTF32_BE),
+    ("UTF-16", codecs.BOM_UTF16_LE),
+    ("UTF-16", codecs.BOM_UTF16_BE),
+)
+
+
+def _refuse_utf16(start: bytes, source) -> None:
+    """A UTF-16 or UTF-32 text (by its byte-order mark) is refused, even where invalid UTF-8 would only
+    be replaced: its newlines are not `\n` bytes, so its lines would not be the file's lines."""
+    for name, bom in _WIDE_BOMS:
+        if start.startswith(bom):
+            raise AiaynError(f"{source}: is {name} text (byte-order mark {bom.hex(' ').upper()}); convert it to UTF-8")
 
 
 def _lines(data: bytes, path: Path, first_line: int, errors: str, on_invalid, final: bool) -> pa.Array:
