@@ -356,3 +356,16 @@ def test_cli_subprocess_exit_code_and_message(tmp_path):
         f"error: line counts differ: {tmp_path}/train.en has 3 lines, {tmp_path}/train.de has 2"
     ]
     assert "Traceback" not in result.stderr and not (tmp_path / "tok").exists()
+
+
+def test_jsonl_values_of_two_types_name_the_line(tmp_path):
+    from aiayn_cli.data.text_files import jsonl_chunks
+
+    rows = [{"translation": {"en": f"a dog {i}", "de": f"ein Hund {i}"}} for i in range(5)]
+    rows[3] = {"translation": {"en": 5, "de": None}}
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(row) for row in rows[:2]) + "\n\n" + "\n".join(json.dumps(r) for r in rows[2:])
+    )
+    with pytest.raises(AiaynError, match=r'pairs.jsonl:5: "translation.en" is a number here but a string on line 1'):
+        list(jsonl_chunks(path))

@@ -65,7 +65,7 @@ def tsv_chunks(path: Path, source_index: int, target_index: int, hasher=None) ->
 
 def jsonl_chunks(path: Path, hasher=None) -> Iterator[pa.Table]:
     """The objects of a JSONL file (blank lines skipped), as one Arrow table per chunk of lines."""
-    first_line = 1
+    first_line, numbers = 1, []
     for lines in iter_line_chunks(path, hasher=hasher):
         rows = []
         for number, line in enumerate(lines.to_pylist(), first_line):
@@ -78,6 +78,7 @@ def jsonl_chunks(path: Path, hasher=None) -> Iterator[pa.Table]:
             if not isinstance(row, dict):
                 raise AiaynError(f"{path}:{number}: expected a JSON object, found {type(row).__name__}")
             rows.append(row)
+            numbers.append(number)
         first_line += len(lines)
         if not rows:
             continue
@@ -85,7 +86,36 @@ def jsonl_chunks(path: Path, hasher=None) -> Iterator[pa.Table]:
         try:
             yield pa.table({key: pa.array([row.get(key) for row in rows]) for key in keys})
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            where = _first_disagreement(rows, numbers)
+            if where:
+                raise AiaynError(f"{path}:{where}") from None
             raise AiaynError(f"{path}: the lines disagree on the type of a key ({err})") from None
+        numbers.clear()
+
+
+def _first_disagreement(rows: list[dict], numbers: list[int]) -> str:
+    """'13: "translation.en" is a number here but a string on line 1', for the first line whose value of a
+    key (nested keys joined by dots) has another JSON type than on an earlier line; '' if none has."""
+    first: dict[str, tuple[str, int]] = {}
+    for number, row in zip(numbers, rows):
+        for key, kind in _kinds(row):
+            if key not in first:
+                first[key] = (kind, number)
+            elif kind != first[key][0]:
+                return f'{number}: "{key}" is a {kind} here but a {first[key][0]} on line {first[key][1]}'
+    return ""
+
+
+def _kinds(row: dict, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted key, JSON type) of every non-null value of `row`, nested objects walked into."""
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield name, "object"
+            yield from _kinds(value, name + ".")
+        elif value is not None:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            yield name, "number" if number else {str: "string", list: "list", bool: "boolean"}[type(value)]
 
 
 # ---------------------------------------------------------------------------------------------
