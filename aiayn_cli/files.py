@@ -107,9 +107,13 @@ def staging_dir(final: str | os.PathLike, name: str | None = None, *, keep_exist
     first), keep it and drop this one."""
     final = Path(final)
     tmp = final.with_name(name) if name else _temporary_name(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if not tmp.is_dir():
-        os.mkdir(tmp)  # the umask's mode (mkdtemp would give 0o700)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if not tmp.is_dir():
+            os.mkdir(tmp)  # the umask's mode (mkdtemp would give 0o700)
+    except OSError as err:
+        _name_the_target(err, tmp, final)
+        raise
     try:
         yield tmp
         fsync_tree(tmp)

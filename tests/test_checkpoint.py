@@ -164,6 +164,19 @@ def test_resuming_a_checkpoint_of_another_size_is_one_line(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(before, wider.state_dict().values()))  # nothing half-loaded
 
 
+def test_a_truncated_optimizer_state_is_named(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    model = _model(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(input_ids=torch.tensor([[5, 6, 2]]), labels=torch.tensor([[7, 8, 2]])).loss.backward()
+    optimizer.step()  # moments to save
+    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
+    state = next(path.rglob("optimizer.safetensors"))
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    with pytest.raises(AiaynError, match="optimizer.safetensors: damaged or truncated"):
+        load_checkpoint(accelerator, _model(0), torch.optim.Adam(_model(0).parameters()), path)
+
+
 def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
     from conftest import cli_here
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..errors import AiaynError
+from ..errors import AiaynError, first_line
 from ..files import atomic_write
 
 OPTIMIZER_TENSORS, OPTIMIZER_JSON, SCALER_JSON = "optimizer.safetensors", "optimizer.json", "grad_scaler.json"
@@ -76,11 +76,11 @@ def save_training_state(accelerator, optimizer, folder: Path) -> None:
 def load_training_state(accelerator, optimizer, folder: Path) -> None:
     """Restore what `save_training_state` wrote (the caller has checked the folder with `check_no_pickles`)."""
     rest = json.loads((folder / OPTIMIZER_JSON).read_text(encoding="utf-8"))
-    optimizer.load_state_dict(_join_optimizer_state(load_file(folder / OPTIMIZER_TENSORS), rest))
+    optimizer.load_state_dict(_join_optimizer_state(_load(folder / OPTIMIZER_TENSORS), rest))
     if accelerator.scaler is not None and (folder / SCALER_JSON).is_file():
         accelerator.scaler.load_state_dict(json.loads((folder / SCALER_JSON).read_text(encoding="utf-8")))
     rank = accelerator.process_index
-    rng = load_file(folder / f"rng-{rank}.safetensors")
+    rng = _load(folder / f"rng-{rank}.safetensors")
     torch.set_rng_state(rng["torch"])
     cuda = [rng[f"cuda.{i}"] for i in range(len(rng) - 1)]
     if cuda and torch.cuda.is_available():
@@ -90,6 +90,15 @@ def load_training_state(accelerator, optimizer, folder: Path) -> None:
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = states["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def _load(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+
+    try:
+        return load_file(path)
+    except SafetensorError as err:
+        raise AiaynError(f"{path}: damaged or truncated ({first_line(err)})") from None
 
 
 def _split_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
