@@ -128,7 +128,7 @@ _WIDE_BOMS = (  # UTF-32 first: its little-endian mark begins with UTF-16's
 
 def _refuse_utf16(start: bytes, source) -> None:
     """A UTF-16 or UTF-32 text (by its byte-order mark) is refused, even where invalid UTF-8 would only
-    be replaced: its newlines are not `\n` bytes, so its lines would not be the file's lines."""
+    be replaced: its newlines are not `\\n` bytes, so its lines would not be the file's lines."""
     for name, bom in _WIDE_BOMS:
         if start.startswith(bom):
             raise AiaynError(f"{source}: is {name} text (byte-order mark {bom.hex(' ').upper()}); convert it to UTF-8")
