@@ -250,11 +250,11 @@ def _check_same_model(paths: list[Path]) -> None:
     or the outputs' meaning: dropout, versions) and the same tokenizer.json, which the average takes
     from the newest."""
 
-    def read(path: Path) -> dict:
+    def read(path: Path) -> dict | None:
         try:
             config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise AiaynError(f"{path}: no config.json (not a saved model folder)") from None
+        except FileNotFoundError:  # not a model folder: reading its weights says so
+            return None
         except (ValueError, UnicodeDecodeError) as err:
             raise AiaynError(f"{path / 'config.json'}: not valid JSON ({err})") from None
         return {k: v for k, v in config.items() if "dropout" not in k and not k.endswith("_version")}
@@ -263,7 +263,7 @@ def _check_same_model(paths: list[Path]) -> None:
     tokenizer = newest / "tokenizer.json"
     for path in paths[:-1]:
         other = read(path)
-        if other != config:
+        if config is not None and other is not None and other != config:
             key = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))[0]
             raise AiaynError(
                 f"average: {path} and {newest} are different models ({key}: {other.get(key)!r} against "
