@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from .errors import AiaynError
+
 
 def _temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
@@ -188,4 +190,30 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-__all__ = ["atomic_open", "atomic_write", "fsync_dir", "fsync_tree", "replace_dir", "staging_dir"]
+def check_output_file(path: str | os.PathLike, inputs=(), key: str | None = None) -> Path:
+    """Before any work: `path` can be written as a file (not a folder; its folder exists and is writable)
+    and is none of `inputs` (links followed), which writing it would replace. `key`: the option that
+    named it, for the error line."""
+    path = Path(path)
+    if path.is_dir():
+        raise AiaynError(f"{path}: is a folder; give a file name", key=key)
+    if not path.parent.is_dir():
+        raise AiaynError(f"{path}: the folder {path.parent} does not exist", key=key)
+    if not os.access(path.parent, os.W_OK):  # a read-only folder or file system: say so before the work
+        raise AiaynError(f"{path}: the folder {path.parent} is not writable", key=key)
+    for source in inputs:
+        if source is not None and str(source) != "-" and path.exists() and Path(source).exists():
+            if os.path.samefile(source, path):
+                raise AiaynError(f"{path}: is the input file {source}; write elsewhere", key=key)
+    return path
+
+
+__all__ = [
+    "atomic_open",
+    "atomic_write",
+    "check_output_file",
+    "fsync_dir",
+    "fsync_tree",
+    "replace_dir",
+    "staging_dir",
+]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AiaynError
-from ..files import atomic_open
+from ..files import atomic_open, check_output_file
 from .metrics import moses_languages
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def inputs_from_split(
             "needs {model}: the alphas re-rank the model's beam search", key="length_penalty_grid", mentions=("model",)
         )
     if output is not None:
-        check_output_path(output)
+        check_output_file(output, key="output")
     data = load_split(spec, split)
     report = getattr(data, "cleaning_report", None)
     refs = [[ref] for ref in data["target"]]
@@ -140,19 +140,8 @@ def inputs_from_split(
     return ScoringInputs(hyps, refs, description, spec.target_lang, str(report) if report is not None else None, choice)
 
 
-def check_output_path(path: str | Path) -> Path:
-    """Fail early, before any work, where `path` cannot be written as a file."""
-    path = Path(path)
-    if path.is_dir():
-        raise AiaynError(f"{path}: is a folder; give a file name")
-    if not path.parent.is_dir():
-        raise AiaynError(f"{path}: folder {path.parent} does not exist")
-    return path
-
-
 __all__ = [
     "ScoringInputs",
-    "check_output_path",
     "inputs_from_files",
     "inputs_from_split",
     "language_from_path",

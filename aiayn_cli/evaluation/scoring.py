@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AiaynError
-from ..files import atomic_open
-from .inputs import check_output_path
+from ..files import atomic_open, check_output_file
 from .metrics import METRIC_MODULES, metric_path, moses_languages
 
 METRICS = ("sacrebleu", "chrf", "ter")
@@ -141,7 +140,7 @@ def format_table(results: dict[str, Any]) -> str:
 def write_json(results: dict[str, Any], path: str | Path) -> None:
     """Write `results` as JSON to `path`, under a temporary name first and then renamed, so that a
     failure never leaves a half-written file."""
-    path = check_output_path(path)
+    path = check_output_file(path)
     try:
         with atomic_open(path) as f:
             json.dump(results, f, indent=2, ensure_ascii=False)

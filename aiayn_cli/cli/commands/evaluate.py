@@ -205,21 +205,10 @@ def _alphas(text: str) -> list[float]:
 
 
 def _check_outputs(outputs: dict[str, Path | None], inputs: list) -> None:
-    """Before any work: each output can be written as a file, is none of the input files (which it
+    """Before any work: each output can be written as a file and is none of the input files (which it
     would replace), and no two outputs are the same file."""
-    import os
+    from ...files import check_output_file
 
-    from ...evaluation.inputs import check_output_path
-
-    given = {key: Path(path) for key, path in outputs.items() if path is not None}
-    for key, path in given.items():
-        try:
-            check_output_path(path)
-        except AiaynError as err:
-            raise AiaynError(err.message, key=key) from None
-        for source in inputs:
-            if source is not None and str(source) != "-" and path.exists() and Path(source).exists():
-                if os.path.samefile(source, path):
-                    raise AiaynError(f"{path}: is the input file {source}; write elsewhere", key=key)
+    given = {key: check_output_file(path, inputs, key=key) for key, path in outputs.items() if path is not None}
     if len(given) == 2 and len({p.resolve() for p in given.values()}) == 1:
         raise AiaynError("{output} and {json_path} name the same file; give two", mentions=("output", "json_path"))

@@ -13,7 +13,7 @@ import typer
 
 from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
 from ...errors import AiaynError
-from ...files import atomic_open
+from ...files import atomic_open, check_output_file
 
 DECODING = "Decoding (default: the model's generation_config)"
 BATCHING = "Batching and device"
@@ -261,16 +261,8 @@ def check_paths(input: Path | None, output: Path | None) -> None:
             raise AiaynError(f"--input {input}: is a folder; give a file with one sentence per line")
         if not input.is_file():
             raise AiaynError(f"--input {input}: no such file")
-    if output is None:
-        return
-    if output.is_dir():
-        raise AiaynError(f"--output {output}: is a folder")
-    if not output.parent.is_dir():
-        raise AiaynError(f"--output {output}: the folder {output.parent} does not exist")
-    if not os.access(output.parent, os.W_OK):  # a read-only folder or file system: say so before translating
-        raise AiaynError(f"--output {output}: the folder {output.parent} is not writable")
-    if input is not None and str(input) != "-" and output.exists() and os.path.samefile(input, output):
-        raise AiaynError(f"--output {output}: is the input file {input}; write the translations elsewhere")
+    if output is not None:
+        check_output_file(output, [input], key="output")
 
 
 def _translate_aligned(translator, sentences, input, output, layer, options) -> None:
