@@ -1,0 +1,277 @@
+"""Results files: what a benchmark (or a measured run) writes, and what the docs' tables are made of.
+
+A results file is one JSON object: the command, the commit, the machine (CPU model and the flags
+that decide speed: avx2, avx512f, avx512_bf16, amx_bf16; the GPU if any), the versions, the threads,
+the load average before and after, the date, and the figures measured. The docs never hold a number
+that no results file holds (`docs/tables.py` renders the tables, `tests/test_docs.py` keeps them in
+step).
+
+    from benchmarks.results import Recorder
+
+    recorder = Recorder("bench_decode")      # the command, the load average and the start, taken now
+    ...                                      # measure
+    path = recorder.write({"rows": rows})    # benchmarks/results/bench_decode.<machine>.json
+
+`Recorder.write(figures, path=...)` writes elsewhere (a benchmark's `--results` option); the name of
+the default file holds the machine (`machine_slug`), so that runs on different machines sit side by
+side and a run on the same machine replaces the last one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+
+# The CPU flags that decide which kernels run (and whether bf16 is native), as /proc/cpuinfo names them.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+# Environment variables that hold a CPU to fewer instructions than it has.
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")
+# Libraries whose versions a result depends on, where installed.
+PACKAGES = (
+    "aiayn-cli",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "datasets",
+    "accelerate",
+    "sacrebleu",
+    "ctranslate2",
+    "fastapi",
+    "uvicorn",
+)
+REQUIRED_KEYS = ("schema", "name", "command", "commit", "date", "machine", "versions", "threads", "load_average")
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU's model name, logical cores, the flags of `CPU_FLAGS`, ATen's kernel level and any
+    variables of `ISA_VARIABLES` that are set."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model") and model in ("", platform.processor(), platform.machine()):
+                model = value.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "model": model,
+        "cores": os.cpu_count(),
+        "flags": {name: name in flags for name in CPU_FLAGS},
+    }
+    try:
+        import torch
+
+        info["aten_capability"] = torch.backends.cpu.get_cpu_capability()
+        if not flags:  # no /proc/cpuinfo (macOS, Windows): what torch can tell
+            info["flags"]["avx512_bf16"] = torch.cpu._is_avx512_bf16_supported()
+            info["flags"]["amx_bf16"] = torch.cpu._is_amx_tile_supported()
+    except ImportError:
+        pass
+    limits = {name: os.environ[name] for name in ISA_VARIABLES if name in os.environ}
+    if limits:
+        info["isa_limits"] = limits
+    return info
+
+
+def gpu_info() -> dict[str, Any] | None:
+    """The CUDA GPU's name, count, compute capability and memory, or None without one."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "model": props.name,
+        "count": torch.cuda.device_count(),
+        "capability": f"{props.major}.{props.minor}",
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "cuda": torch.version.cuda,
+    }
+
+
+def versions() -> dict[str, str]:
+    """Python's version and those of `PACKAGES` that are installed."""
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def git_commit(repo: Path = REPO) -> dict[str, Any]:
+    """The checked-out commit and whether tracked files differ from it (None outside a git checkout)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status)}
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def threads() -> int | None:
+    try:
+        import torch
+
+        return torch.get_num_threads()
+    except ImportError:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    return {"cpu": cpu_info(), "gpu": gpu_info(), "os": platform.platform()}
+
+
+def top_feature(flags: dict[str, bool]) -> str:
+    """The feature that matters most of those the CPU has: amx, avx512-bf16, avx512, avx2 (or none)."""
+    for flag, name in (("amx_bf16", "amx"), ("avx512_bf16", "avx512-bf16"), ("avx512f", "avx512"), ("avx2", "avx2")):
+        if flags.get(flag):
+            return name
+    return "no-avx2"
+
+
+def slug(text: str) -> str:
+    text = re.sub(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$", " ", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "unknown"
+
+
+def machine_slug(machine: dict[str, Any]) -> str:
+    """A file-name part for the machine: the GPU's model, else the CPU's and its top feature."""
+    if machine.get("gpu"):
+        return slug(machine["gpu"]["model"])
+    cpu = machine["cpu"]
+    return f"{slug(cpu['model'])}-{top_feature(cpu['flags'])}"
+
+
+def describe(machine: dict[str, Any]) -> str:
+    """One line for a table: `Intel Xeon (2 cores; AVX2, AVX512-BF16, AMX)`, or the GPU's model."""
+    if machine.get("gpu"):
+        gpu = machine["gpu"]
+        return f"{gpu['count']} x {gpu['model']}" if gpu.get("count", 1) > 1 else gpu["model"]
+    cpu = machine["cpu"]
+    name = re.sub(r"\s+", " ", re.sub(r"\((R|TM|r|tm)\)|\bProcessor\b|\bCPU\b", " ", cpu["model"])).strip()
+    labels = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512-BF16", "amx_bf16": "AMX"}
+    has = [labels[f] for f in CPU_FLAGS if cpu["flags"].get(f)]
+    limits = cpu.get("isa_limits")
+    extra = f"; held to {', '.join(f'{k}={v}' for k, v in limits.items())}" if limits else ""
+    return f"{name} ({cpu['cores']} cores; {', '.join(has) or 'no AVX2'}{extra})"
+
+
+class Recorder:
+    """Takes the command, the date and the load average when made; `write` adds the rest and the figures."""
+
+    def __init__(self, name: str, command: list[str] | str | None = None) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ValueError(f"a results name is letters, digits, _ and -: {name!r}")
+        self.name = name
+        self.command = command if isinstance(command, str) else command_line(command or sys.argv)
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.load_before = load_average()
+
+    def record(self, figures: dict[str, Any], notes: str | None = None) -> dict[str, Any]:
+        """The whole results object, with the machine and load average taken now."""
+        record: dict[str, Any] = {
+            "schema": SCHEMA,
+            "name": self.name,
+            "command": self.command,
+            **git_commit(),
+            "date": self.started.isoformat(timespec="seconds"),
+            "seconds": round((datetime.datetime.now(datetime.timezone.utc) - self.started).total_seconds(), 1),
+            "machine": machine(),
+            "versions": versions(),
+            "threads": threads(),
+            "load_average": {"before": self.load_before, "after": load_average()},
+        }
+        if notes:
+            record["notes"] = notes
+        record["figures"] = figures
+        return record
+
+    def write(self, figures: dict[str, Any], path: str | Path | None = None, notes: str | None = None) -> Path:
+        """Write the results file (atomically: a temporary file renamed) and return its path."""
+        record = self.record(figures, notes)
+        target = Path(path) if path is not None else default_path(self.name, record["machine"])
+        write_json(target, record)
+        return target
+
+
+def command_line(argv: list[str]) -> str:
+    """`argv` as a user types it: a script of this repository as `python benchmarks/x.py ...`."""
+    first = Path(argv[0])
+    if first.suffix == ".py" and first.resolve().is_relative_to(REPO):
+        return shlex.join(["python", str(first.resolve().relative_to(REPO)), *argv[1:]])
+    return shlex.join([first.name if first.is_absolute() else str(first), *argv[1:]])
+
+
+def default_path(name: str, machine: dict[str, Any]) -> Path:
+    return RESULTS_DIR / f"{name}.{machine_slug(machine)}.json"
+
+
+def write_json(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """A results file, checked: the keys every file has, and a machine named by its CPU (model and
+    flags) or its GPU. Raises ValueError naming the file and what is missing."""
+    path = Path(path)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    missing = [key for key in REQUIRED_KEYS if key not in record] + (["figures"] if "figures" not in record else [])
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)}")
+    cpu, gpu = record["machine"].get("cpu") or {}, record["machine"].get("gpu")
+    if not gpu and not (cpu.get("model") and set(CPU_FLAGS) <= set(cpu.get("flags", {}))):
+        raise ValueError(
+            f"{path}: the machine names neither a GPU nor a CPU model with the flags {', '.join(CPU_FLAGS)}"
+        )
+    return record
+
+
+def add_argument(parser, name: str) -> None:
+    """`--results FILE` on a benchmark's argparse parser (default: `benchmarks/results/NAME.<machine>.json`)."""
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help=f"where to write the results file (default: benchmarks/results/{name}.<machine>.json)",
+    )
