@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import word_level_tokenizer
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
@@ -467,3 +468,81 @@ def test_translation_pipeline_from_a_saved_folder(tmp_path):
     tokenizer = word_level_tokenizer()
     expected = model.eval().generate(**tokenizer(["w7 w8 w9"], return_tensors="pt"), max_new_tokens=4)
     assert out[0]["translation_text"] == tokenizer.decode(expected[0], skip_special_tokens=True)
+
+
+# -- head masks (the forward's head_mask, decoder_head_mask, cross_attn_head_mask) ----------------
+
+
+def _zeroing_head(module: torch.nn.Module, head: int, d_k: int):
+    """A reference for removing `head` of an attention module: a hook that zeroes the head's slice of
+    Concat(head_1, ..., head_h) just before W^O."""
+
+    def hook(out_proj, args):
+        concat = args[0].clone()  # (B, T, h * d_k)
+        concat[..., head * d_k : (head + 1) * d_k] = 0
+        return (concat,)
+
+    return module.out_proj.register_forward_pre_hook(hook)
+
+
+@pytest.mark.parametrize(
+    "argument, layer, head", [("head_mask", 1, 2), ("decoder_head_mask", 0, 3), ("cross_attn_head_mask", 1, 0)]
+)
+def test_a_head_mask_equals_zeroing_that_heads_output(argument, layer, head):
+    """fp32, to 1e-6: the model with one head masked through its forward == the unmasked model whose
+    W^O reads a zero where that head's output was; and both differ from the unmasked model."""
+    torch.manual_seed(3)
+    model = tiny_model(num_encoder_layers=2, num_decoder_layers=2)
+    config = model.config
+    ids, mask = random_batch([7, 4, 6])
+    decoder_ids = torch.randint(4, VOCAB, (3, 5))
+    inputs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, use_cache=False)
+    head_mask = torch.ones(2, config.num_heads)
+    head_mask[layer, head] = 0.0
+    with torch.no_grad():
+        masked = model(**inputs, **{argument: head_mask}).logits
+        unmasked = model(**inputs).logits
+        ones = model(**inputs, **{argument: torch.ones(2, config.num_heads)}).logits
+        stack = model.model.encoder if argument == "head_mask" else model.model.decoder
+        attention = (
+            stack.layers[layer].cross_attn if argument == "cross_attn_head_mask" else stack.layers[layer].self_attn
+        )
+        handle = _zeroing_head(attention, head, config.d_k)
+        try:
+            reference = model(**inputs).logits
+        finally:
+            handle.remove()
+    assert torch.allclose(masked, reference, atol=1e-6, rtol=0)
+    assert torch.equal(ones, unmasked)
+    assert (masked - unmasked).abs().max() > 1e-3
+
+
+def test_a_float_head_mask_gives_the_gradient_of_the_loss_by_each_head():
+    """Michel et al. (2019): dL/dm_i at m = 1, in float64 (the loss from the logits here: the model's own
+    loss is computed in float32), against central differences to 1e-7."""
+    torch.manual_seed(4)
+    model = tiny_model().double()
+    ids, mask = random_batch([6, 5])
+    labels = torch.randint(4, VOCAB, (2, 4))
+
+    def loss(gate: torch.Tensor) -> torch.Tensor:
+        logits = model(input_ids=ids, attention_mask=mask, labels=labels, cross_attn_head_mask=gate).logits
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+    gate = torch.ones(model.config.num_decoder_layers, model.config.num_heads, dtype=torch.float64, requires_grad=True)
+    (gradient,) = torch.autograd.grad(loss(gate), gate)
+    eps = 1e-5
+    with torch.no_grad():
+        for layer, head in [(0, 0), (1, 3)]:
+            up, down = gate.detach().clone(), gate.detach().clone()
+            up[layer, head] += eps
+            down[layer, head] -= eps
+            assert float(gradient[layer, head]) == pytest.approx(float(loss(up) - loss(down)) / (2 * eps), abs=1e-7)
+    assert gradient.abs().min() > 1e-5  # every head matters a little in a random model
+
+
+def test_a_head_mask_of_the_wrong_shape_names_the_argument():
+    model = tiny_model()
+    ids, mask = random_batch([5])
+    with pytest.raises(ValueError, match="decoder_head_mask must have shape"):
+        model(input_ids=ids, decoder_input_ids=ids, decoder_head_mask=torch.ones(3))

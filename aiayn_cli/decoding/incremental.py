@@ -239,11 +239,13 @@ def encode(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
     prepared: PreparedModel | None = None,
+    head_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The encoder's output `(B, S, d_model)`: the model's `Encoder`, with the prepared projections."""
+    """The encoder's output `(B, S, d_model)`: the model's `Encoder`, with the prepared projections
+    (and the forward's `head_mask`, `(N, h)`, where given)."""
     prepared = prepared if prepared is not None else PreparedModel(model)
     _keep_positions(prepared.encoder.embed_positions, input_ids.size(1), model.lm_head.weight)
-    return prepared.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return prepared.encoder(input_ids=input_ids, attention_mask=attention_mask, head_mask=head_mask).last_hidden_state
 
 
 def _keep_positions(positions: nn.Module, length: int, like: torch.Tensor) -> None:
@@ -365,6 +367,7 @@ class IncrementalDecoder:
         capacity: int,
         max_rows: int,
         prepared: PreparedModel | None = None,
+        head_masks: dict[str, torch.Tensor] | None = None,
     ):
         """
         Args:
@@ -373,10 +376,17 @@ class IncrementalDecoder:
             capacity: the most target positions that will be fed (maximum output length + 1).
             max_rows: the most rows there will be (sentences times beams).
             prepared: the model's prepared modules (default: prepared now).
+            head_masks: the model's forward arguments `head_mask`, `decoder_head_mask`,
+                `cross_attn_head_mask` (`(N, h)` each, any of them), applied at every step.
         """
         self.prepared = prepared if prepared is not None else PreparedModel(model)
         weight = model.lm_head.weight
-        self.memory = encode(model, input_ids, attention_mask, self.prepared)  # (B, S, d_model), once
+        masks = head_masks or {}
+        self.decoder_masks = {
+            "head_mask": masks.get("decoder_head_mask"),
+            "cross_attn_head_mask": masks.get("cross_attn_head_mask"),
+        }
+        self.memory = encode(model, input_ids, attention_mask, self.prepared, masks.get("head_mask"))  # once
         self.source_mask = padding_mask(attention_mask)  # (B, 1, 1, S) or None, made once
         self.state = DecodingState(model.config, max_rows, capacity, weight.dtype, weight.device, self.prepared)
         _keep_positions(self.prepared.decoder.embed_positions, capacity, weight)  # not at every step
@@ -401,6 +411,7 @@ class IncrementalDecoder:
             self.memory,
             encoder_attention_mask=self.source_mask,
             cache=self.state,
+            **self.decoder_masks,
         )["last_hidden_state"]  # (N, 1, d_model)
         self.memory = None  # the encoder-decoder keys and values are in the state from now on
         self.state.position += 1

@@ -356,6 +356,7 @@ def decode(
     attention_mask: torch.Tensor | None,
     options: DecodingOptions,
     prepared: PreparedModel | None = None,
+    head_masks: dict[str, torch.Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate one padded batch: each sentence's hypotheses, best first (`options.nbest` of them).
 
@@ -367,6 +368,8 @@ def decode(
         input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch, on the model's device.
         prepared: `PreparedModel(model)` (or its int8 form), to reuse across calls while the weights
             do not change (default: prepared for this call, in float).
+        head_masks: the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`
+            (`(N, h)` each, any of them): decode with those heads removed.
     """
     options.validate()
     if attention_mask is None:
@@ -376,7 +379,7 @@ def decode(
     max_lens = max_output_lengths(lengths, options, output_length_cap(model))
     parts = parallel_parts(len(max_lens), _rows_per_sentence(options), options, input_ids.device)
     if parts == 1:
-        return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared)
+        return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared, head_masks)
     prepared = prepared if prepared is not None else PreparedModel(model)  # once, for every part
     threads = torch.get_num_threads()
     jobs = []
@@ -387,7 +390,7 @@ def decode(
         jobs.append((input_ids[first:last, :width], mask, max_lens[first:last]))
     try:
         with ThreadPoolExecutor(parts, thread_name_prefix="aiayn-decode") as pool:
-            futures = [pool.submit(_decode_on_one_thread, model, *job, options, prepared) for job in jobs]
+            futures = [pool.submit(_decode_on_one_thread, model, *job, options, prepared, head_masks) for job in jobs]
             return [hyps for future in futures for hyps in future.result()]
     finally:
         torch.set_num_threads(threads)  # the workers' calls set the process-wide count to 1
@@ -400,6 +403,7 @@ def _decode_part(
     max_lens: list[int],
     options: DecodingOptions,
     prepared: PreparedModel | None,
+    head_masks: dict[str, torch.Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
     """`decode()` of a batch on the calling thread (on one CPU thread where its steps are small)."""
     config = model.config
@@ -407,7 +411,13 @@ def _decode_part(
     search = beam_search if options.num_beams > 1 and not options.do_sample else sample_search
     with cpu_threads_for(rows * config.d_model, input_ids.device):
         decoder = IncrementalDecoder(
-            model, input_ids, attention_mask, capacity=max(max_lens) + 1, max_rows=rows, prepared=prepared
+            model,
+            input_ids,
+            attention_mask,
+            capacity=max(max_lens) + 1,
+            max_rows=rows,
+            prepared=prepared,
+            head_masks=head_masks,
         )
         try:
             bos, eos = config.decoder_start_token_id, config.eos_token_id
@@ -423,12 +433,14 @@ def _rows_per_sentence(options: DecodingOptions) -> int:
     return options.num_beams
 
 
-def _decode_on_one_thread(model, input_ids, attention_mask, max_lens, options, prepared) -> list[list[Hypothesis]]:
+def _decode_on_one_thread(
+    model, input_ids, attention_mask, max_lens, options, prepared, head_masks=None
+) -> list[list[Hypothesis]]:
     """A worker of `decode()`: its part of the batch on this thread alone (OpenMP's and MKL's thread
     counts are per thread; inference mode is too)."""
     torch.set_num_threads(1)
     with torch.inference_mode():
-        return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared)
+        return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared, head_masks)
 
 
 # A decoding step's matrix products are (rows, d_model) times a weight: up to this many elements in

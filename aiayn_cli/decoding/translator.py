@@ -158,6 +158,9 @@ class Translator:
 
     The decoder's projections are prepared from the weights once, here: make a new `Translator`
     after changing the weights (validation during training does).
+
+    `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
+    `(N, h)` each; None by default) remove heads from every translation: `aiayn heads` sets it.
     """
 
     def __init__(
@@ -193,6 +196,7 @@ class Translator:
         longest = max((len(token) for token in tokenizer.get_vocab()), default=1)
         self.max_source_chars = max(limit * (longest + 1), 100_000)  # shorter lines: their exact token count
         self.pad_id, self.eos_id = config.pad_token_id, tokenizer.eos_token_id
+        self.head_masks: dict[str, torch.Tensor] | None = None
         try:  # the fast path's projections, prepared once
             self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
         except RuntimeError as err:
@@ -392,7 +396,8 @@ class Translator:
         for row, tokens in enumerate(sources):
             input_ids[row, : len(tokens)] = torch.tensor(tokens)
             attention_mask[row, : len(tokens)] = 1
-        return decode(self.model, input_ids.to(self.device), attention_mask.to(self.device), options, self.prepared)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        return decode(self.model, input_ids, attention_mask, options, self.prepared, self.head_masks)
 
     def detokenize(self, tokens: list[int]) -> str:
         """The text of a hypothesis, on one line (line breaks that a vocabulary may hold become spaces)."""

@@ -165,6 +165,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         need_weights: bool = False,
+        head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """
         Args:
@@ -176,6 +177,10 @@ class MultiHeadAttention(nn.Module):
                 `.update`, `is_updated` (the preallocated `DecodingState` of `aiayn_cli.decoding.incremental`).
                 Where the cache holds encoder-decoder keys for fewer rows than there are queries (G sentences,
                 B = G * k rows), each sentence's keys serve its k consecutive rows (its beams), in one call.
+            head_mask (`(h,)`, *optional*): multiplies head_i before the concatenation (1 keeps it, 0 removes
+                it: `Concat(m_1 head_1, ..., m_h head_h) W^O`); a float mask that requires grad gives
+                dL/dm_i, Michel et al.'s (2019) head importance. The weights returned are the softmax's,
+                whatever the mask.
         """
         batch, length, d_model = hidden_states.shape
         if self.self_attention:
@@ -195,6 +200,8 @@ class MultiHeadAttention(nn.Module):
             (query,) = self._split_heads(self.q_proj(hidden_states), 1, groups=key.size(0))
         dropout = self.dropout if self.training else 0.0
         heads, weights = scaled_dot_product_attention(query, key, value, mask, dropout, need_weights)
+        if head_mask is not None:  # m_i head_i
+            heads = heads * head_mask.to(heads.dtype)[None, :, None, None]
         # (B, h, T, d_k) or (G, h, k * T, d_k) -> (B, T, h * d_k): Concat(head_1, ..., head_h)
         concat = heads.transpose(1, 2).reshape(batch, length, d_model)
         return self.out_proj(concat), weights
@@ -339,12 +346,18 @@ class EncoderLayer(nn.Module):
         self.feed_forward = PositionwiseFeedForward(config)
         self.feed_forward_sublayer = SublayerConnection(config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        need_weights: bool = False,
+        head_mask: torch.Tensor | None = None,
+    ):
         weights = None
 
         def self_attention(h):
             nonlocal weights
-            out, weights = self.self_attn(h, mask=mask, need_weights=need_weights)
+            out, weights = self.self_attn(h, mask=mask, need_weights=need_weights, head_mask=head_mask)
             return out
 
         x = self.self_attn_sublayer(x, self_attention)
@@ -371,16 +384,25 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None,
         cache: Cache | None = None,
         need_weights: bool = False,
+        head_mask: torch.Tensor | None = None,
+        cross_attn_head_mask: torch.Tensor | None = None,
     ):
         weights = {}
 
         def self_attention(h):
-            out, weights["self"] = self.self_attn(h, mask=self_mask, cache=cache, need_weights=need_weights)
+            out, weights["self"] = self.self_attn(
+                h, mask=self_mask, cache=cache, need_weights=need_weights, head_mask=head_mask
+            )
             return out
 
         def cross_attention(h):
             out, weights["cross"] = self.cross_attn(
-                h, key_value_states=memory, mask=memory_mask, cache=cache, need_weights=need_weights
+                h,
+                key_value_states=memory,
+                mask=memory_mask,
+                cache=cache,
+                need_weights=need_weights,
+                head_mask=cross_attn_head_mask,
             )
             return out
 
@@ -417,6 +439,15 @@ def causal_mask(
     return mask if pad is None else mask & pad
 
 
+def layer_head_masks(head_mask: torch.Tensor | None, layers: int, heads: int, name: str) -> list:
+    """A `(N, h)` head mask -> one `(h,)` row per layer (None for each layer without one)."""
+    if head_mask is None:
+        return [None] * layers
+    if tuple(head_mask.shape) != (layers, heads):
+        raise ValueError(f"{name} must have shape (layers, heads) = ({layers}, {heads}), got {tuple(head_mask.shape)}")
+    return list(head_mask.unbind(0))
+
+
 class Encoder(nn.Module):
     """A stack of N identical layers (§3.1) over the embedded, position-encoded source."""
 
@@ -435,20 +466,24 @@ class Encoder(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         return_dict: bool = True,
+        head_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
         """
         Args:
             input_ids (`LongTensor` of shape `(B, S)`): source token ids.
             attention_mask (`Tensor` of shape `(B, S)`, *optional*): 1 for tokens, 0 for padding.
+            head_mask (`Tensor` of shape `(N, h)`, *optional*): multiplies each self-attention head's output
+                (1 keeps, 0 removes; `MultiHeadAttention`).
         """
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         x = self.embed_positions(inputs_embeds)  # (B, S, d_model)
         mask = padding_mask(attention_mask)
         hidden_states, attentions = (x,), ()
-        for layer in self.layers:
-            x, weights = layer(x, mask, need_weights=output_attentions)
+        masks = layer_head_masks(head_mask, len(self.layers), self.layers[0].self_attn.num_heads, "head_mask")
+        for layer, layer_mask in zip(self.layers, masks):
+            x, weights = layer(x, mask, need_weights=output_attentions, head_mask=layer_mask)
             hidden_states, attentions = hidden_states + (x,), attentions + (weights,)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -480,6 +515,8 @@ class Decoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        head_mask: torch.Tensor | None = None,
+        cross_attn_head_mask: torch.Tensor | None = None,
     ) -> dict:
         """
         Args:
@@ -489,6 +526,8 @@ class Decoder(nn.Module):
             encoder_attention_mask (`(B, S)`, *optional*): 1 for source tokens, 0 for padding (or the boolean
                 `(B, 1, 1, S)` mask `padding_mask` makes of it).
             cache (`EncoderDecoderCache`, *optional*): the keys and values of earlier steps, updated in place.
+            head_mask, cross_attn_head_mask (`(N, h)`, *optional*): multiply each head's output of the masked
+                self-attention, and of the encoder-decoder attention (1 keeps, 0 removes).
         """
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
@@ -497,9 +536,21 @@ class Decoder(nn.Module):
         self_mask = causal_mask(x.size(1), past_length, attention_mask, x.device)
         memory_mask = padding_mask(encoder_attention_mask)
         hidden_states, self_attentions, cross_attentions = (x,), (), ()
-        for layer in self.layers:
+        n, h = len(self.layers), self.layers[0].self_attn.num_heads
+        masks = zip(
+            layer_head_masks(head_mask, n, h, "decoder_head_mask"),
+            layer_head_masks(cross_attn_head_mask, n, h, "cross_attn_head_mask"),
+        )
+        for layer, (self_head_mask, cross_head_mask) in zip(self.layers, masks):
             x, self_weights, cross_weights = layer(
-                x, encoder_hidden_states, self_mask, memory_mask, cache, need_weights=output_attentions
+                x,
+                encoder_hidden_states,
+                self_mask,
+                memory_mask,
+                cache,
+                need_weights=output_attentions,
+                head_mask=self_head_mask,
+                cross_attn_head_mask=cross_head_mask,
             )
             hidden_states = hidden_states + (x,)
             self_attentions, cross_attentions = self_attentions + (self_weights,), cross_attentions + (cross_weights,)
@@ -608,6 +659,9 @@ class AiaynModel(AiaynPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        decoder_head_mask: torch.Tensor | None = None,
+        cross_attn_head_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
         """
@@ -621,6 +675,10 @@ class AiaynModel(AiaynPreTrainedModel):
             cache (`EncoderDecoderCache`, *optional*): the KV cache of incremental decoding (`past_key_values`,
                 the name transformers before 5.24 passes, is taken too).
             use_cache (`bool`, *optional*): create and return a cache when none is given.
+            head_mask, decoder_head_mask, cross_attn_head_mask (`Tensor` of shape `(N, h)`, *optional*): multiply
+                the output of each head of the encoder's self-attention, the decoder's masked self-attention and
+                the encoder-decoder attention before W^O (1 keeps a head, 0 removes it; the names of BART and
+                Marian): `aiayn heads` removes heads this way.
         """
         cache = _cache_argument(cache, kwargs)
         output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
@@ -635,6 +693,7 @@ class AiaynModel(AiaynPreTrainedModel):
                 inputs_embeds=inputs_embeds,
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
+                head_mask=head_mask,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -649,6 +708,8 @@ class AiaynModel(AiaynPreTrainedModel):
             inputs_embeds=decoder_inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            head_mask=decoder_head_mask,
+            cross_attn_head_mask=cross_attn_head_mask,
         )
         output = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs["last_hidden_state"],
@@ -773,6 +834,9 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        decoder_head_mask: torch.Tensor | None = None,
+        cross_attn_head_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """
@@ -802,6 +866,9 @@ class AiaynForConditionalGeneration(AiaynPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            head_mask=head_mask,
+            decoder_head_mask=decoder_head_mask,
+            cross_attn_head_mask=cross_attn_head_mask,
         )
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab_size)
         loss = None
