@@ -243,6 +243,27 @@ def test_average_choose_keeps_the_newest_checkpoints_with_the_lowest_validation_
     assert f"the last {k} of 3, chosen by validation loss" in result.stderr
 
 
+@pytest.mark.slow  # a training run in a subprocess
+def test_history_steps_keep_the_model_alone_at_those_steps(task, tmp_path):
+    """history_steps: history/checkpoint-<step>/ at each listed step the run reaches, model and tokenizer
+    without optimizer state, never rotated away; the weights are the run's at that step."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    out = tmp_path / "run"
+    flags = ["max_steps=12", "checkpoint_every_steps=4", "keep_last=1", "valid_every_steps=null"]
+    flags += ["average_last=null", "trackers=[]", "history_steps=[1, 4, 7, 50]"]
+    result = run_cli(*train_args(task, out, *[a for f in flags for a in ("--set", f)]), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    history = sorted((out / "history").iterdir(), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in history] == ["checkpoint-1", "checkpoint-4", "checkpoint-7"]
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-12"]  # keep_last rotates, history stays
+    assert not any((history[0] / "training_state").iterdir())  # no optimizer state
+    assert max_difference(weights(history[1]), weights(out / "checkpoint-12")) > 0
+    model = AutoModelForSeq2SeqLM.from_pretrained(history[2])
+    assert json.loads((history[2] / "trainer_state.json").read_text())["step"] == 7
+    assert model.config.d_model == 64
+
+
 @pytest.mark.slow
 def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     out = tmp_path / "run"

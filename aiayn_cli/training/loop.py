@@ -36,6 +36,7 @@ from .checkpoint import (
 )
 from .loss import label_smoothed_cross_entropy, target_mask
 from .recipe import parse_duration
+from .run_folder import HISTORY_DIR
 from .schedule import cooldown_factor
 from .validation import validation_bleu, validation_loss
 
@@ -161,6 +162,8 @@ class Run:
                     stopped_by, save = stopped_by or "early_stopping", True
             if save:
                 self._checkpoint()
+            if recipe.history_steps and state.step in recipe.history_steps:
+                self._save_history()
             if stopped_by:
                 break
         return stopped_by
@@ -381,6 +384,10 @@ class Run:
             rotate_checkpoints(self.output, self.recipe.keep_last, keep=best)
         self.accelerator.wait_for_everyone()
         self.last_checkpoint = self.elapsed()
+
+    def _save_history(self) -> None:
+        """The model alone at this step, into `history/` (the recipe's `history_steps`), kept for good."""
+        save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output / HISTORY_DIR)
 
     def average(self, last: int, choose: bool = False) -> tuple[Path, dict[str, float]]:
         """Average the last checkpoints into `averaged/` (§6.1) and validate the result; with `choose`,

@@ -213,6 +213,10 @@ class TrainRecipe:
     """Save a checkpoint every M minutes of training (§6.1: every 10 minutes)."""
     keep_last: PositiveInt = 5
     """Checkpoints kept (the best one is kept besides)."""
+    history_steps: list[PositiveInt] | None = None
+    """Also save the model alone (weights, config, tokenizer; no optimizer state) at these steps, into
+    `history/checkpoint-<step>/`, never deleted: `aiayn attention --checkpoints RUN` shows how attention
+    and alignment form during training. None: no history (a model's weights per step listed)."""
     average_last: PositiveInt | None = None
     """At the end, average the last N checkpoints into `averaged/` (§6.1: base 5, big 20)."""
     average_choose: StrictBool = False
@@ -287,6 +291,7 @@ RESUMABLE_CHANGES = frozenset(
         "checkpoint_every_steps",
         "checkpoint_every_minutes",
         "keep_last",
+        "history_steps",
         "average_last",
         "average_choose",
         "length_penalty_grid",

@@ -6,6 +6,7 @@ OUTPUT/
     metrics.jsonl          one JSON record per log line and per validation
     logs/                  accelerate's trackers (TensorBoard, ...)
     checkpoint-<step>/     the last `keep_last` checkpoints and the best one
+    history/checkpoint-<step>/  the model alone at each of `history_steps` (no optimizer state), kept
     averaged/              the mean of the last `average_last` checkpoints (§6.1; with `average_choose`,
                            of the last k of them, k chosen on validation loss), at the end
     learning_curve.png     train and validation loss, validation BLEU, at the end
@@ -29,6 +30,7 @@ from .recipe import TrainRecipe, load_recipe, recipe_differences
 from .training_state import check_no_pickles
 
 RECIPE_FILE = "recipe.yaml"
+HISTORY_DIR = "history"
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".aiayn-run.lock"
 
