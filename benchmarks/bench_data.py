@@ -1,6 +1,6 @@
 """Data pipeline on Multi30k (en-de): tokenizer training, tokenization throughput, cache reuse, padding.
 
-    python benchmarks/bench_data.py [--multi30k ../shared/data/multi30k] [--num-proc N]
+    python benchmarks/bench_data.py [--multi30k DIR] [--num-proc N]
 
 Prints one table. The throughput is the best of `--repeats` runs, measured against a reference in the
 same run: the bare `tokenizers` encoder on the same sentences, without `datasets` (`ratio`). On a
@@ -24,6 +24,7 @@ from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split  # noqa: E
 from aiayn_cli.data.corpus import DataSpec, load_split  # noqa: E402
 from aiayn_cli.data.tokenization import train_tokenizer  # noqa: E402
 from aiayn_cli.precision import machine_summary  # noqa: E402
+from benchmarks.local_data import MULTI30K  # noqa: E402
 
 
 def padding_of(batches, src, tgt) -> float:
@@ -34,7 +35,9 @@ def padding_of(batches, src, tgt) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--multi30k", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/multi30k")
+    parser.add_argument(
+        "--multi30k", type=Path, default=MULTI30K, help="a folder of train.en, train.de, ... (default: $AIAYN_MULTI30K)"
+    )
     parser.add_argument("--vocab-size", type=int, default=10000)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--num-proc", type=int, default=None)

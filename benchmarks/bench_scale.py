@@ -1,6 +1,6 @@
 """Data at the paper's sizes: `train-tokenizer`, `prepare` and the first training step, 0.5M-4.5M pairs.
 
-    python benchmarks/bench_scale.py --multi30k ../shared/data/multi30k --sizes 500000 1500000 4500000
+    python benchmarks/bench_scale.py --sizes 500000 1500000 4500000
     python benchmarks/bench_scale.py --sizes 36000000 --tokenizer-sample 2000000   # WMT14 en-fr's size
 
 For each size, a parallel corpus is written under --workdir (Multi30k's training pairs repeated, each
@@ -35,6 +35,9 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.local_data import MULTI30K  # noqa: E402
 
 
 def machine() -> str:
@@ -173,7 +176,9 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--multi30k", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
+    parser.add_argument(
+        "--multi30k", type=Path, default=MULTI30K, help="a folder of train.en, train.de, ... (default: $AIAYN_MULTI30K)"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[500_000, 1_500_000, 4_500_000])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/aiayn-bench-scale"))
     parser.add_argument(

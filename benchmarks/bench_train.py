@@ -1,6 +1,6 @@
 """Training throughput on Multi30k: `aiayn train` against `Seq2SeqTrainer` + `MarianMTModel`.
 
-    python benchmarks/bench_train.py [--multi30k ../shared/data/multi30k] [--seconds 60] [--rounds 2]
+    python benchmarks/bench_train.py [--multi30k DIR] [--seconds 60] [--rounds 2]
                                      [--threads N] [--precision auto|fp32|bf16] [--preset small]
                                      [--allocator jemalloc|tcmalloc_minimal|system]
 
@@ -44,12 +44,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.local_data import MULTI30K  # noqa: E402
+
 
 def _recipe_overrides(args, output: Path) -> dict:
     return {
         "output_dir": str(output),
         "tokenizer": str(args.tokenizer),
-        "data.data_dir": str(args.multi30k),
+        "data.data_dir": str(args.multi30k),  # replaces the recipe's Hub dataset
         "model.preset": args.preset,
         "model.dropout": args.dropout,
         "max_tokens": args.max_tokens,
@@ -332,7 +334,9 @@ def _table(args, totals: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--multi30k", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
+    parser.add_argument(
+        "--multi30k", type=Path, default=MULTI30K, help="a folder of train.en, train.de, ... (default: $AIAYN_MULTI30K)"
+    )
     parser.add_argument("--tokenizer", type=Path, default=None, help="default: train an 8,000-token BPE first")
     parser.add_argument("--seconds", type=float, default=60.0, help="training time of each side per round")
     parser.add_argument("--rounds", type=int, default=2)

@@ -259,7 +259,7 @@ def _bad_inputs(tmp_path):
             "unreachable hub dataset",
             DataSpec(dataset="no-such-user/no-such-dataset", dataset_config="de-en", **langs),
             "train",
-            r"could not load dataset no-such-user/no-such-dataset \(de-en\): ",
+            r"could not reach the Hub dataset no-such-user/no-such-dataset \(de-en\) \(.*\); to use a local copy, pass a folder of train.en, train.de, val.en, ... files with data_dir",
         ),
     ]
 

@@ -217,9 +217,9 @@ def test_durations():
 def test_every_field_is_documented():
     import dataclasses
 
-    from aiayn_cli.training.recipe import ModelRecipe
+    from aiayn_cli.training.recipe import ModelRecipe, TokenizerTraining
 
-    for cls in (TrainRecipe, ModelRecipe):
+    for cls in (TrainRecipe, ModelRecipe, TokenizerTraining):
         docs = recipe_field_docs(cls)
         assert set(docs) == {f.name for f in dataclasses.fields(cls)}
 

@@ -117,7 +117,13 @@ def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, 
     )
     assert "has pad id 3, but the model expects 0" in line
     line = one_error_line(
-        *aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "c", "--tokenizer", tmp_path / "missing")[::2]
+        *aiayn(
+            monkeypatch,
+            capsys,
+            "train",
+            TINY,
+            *("-o", tmp_path / "c", "--tokenizer", tmp_path / "missing", "--set", "tokenizer_training=null"),
+        )[::2]
     )
     assert f"cannot load the tokenizer {tmp_path / 'missing'}" in line
 

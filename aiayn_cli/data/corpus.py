@@ -27,7 +27,9 @@ Every bad input raises `AiaynError` with one line naming the file, line, column 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from ..errors import AiaynError
+from ..errors import AiaynError, first_line
 from .cleaning import CleaningReport, clean_chunks, concat_chunks, finish_cleaning, limits, new_report
 from .text_files import file_digest, jsonl_chunks, text_pair_chunks, tsv_chunks
 
@@ -265,16 +267,50 @@ def _load_hub_split(spec: DataSpec, split: str, origin: str) -> datasets.Dataset
     unknown = None
     for name in split_candidates(split):
         try:
-            return datasets.load_dataset(str(spec.dataset), spec.dataset_config, split=name, cache_dir=cache_dir)
+            with _quiet_retries():
+                return datasets.load_dataset(str(spec.dataset), spec.dataset_config, split=name, cache_dir=cache_dir)
         except ValueError as err:
             if not str(err).startswith(("Unknown split", "Bad split")):
                 raise _user_error(err, origin) from err
             unknown = err
-        except Exception as err:  # not found, offline, a missing config: the datasets library's types vary
+        except ConnectionError as err:  # offline, or the Hub unreachable (after its own retries)
+            raise AiaynError(
+                f"could not reach the Hub dataset {origin} ({first_line(err)}); to use a local copy, pass a "
+                f"folder of train.{spec.source_lang}, train.{spec.target_lang}, val.{spec.source_lang}, ... "
+                f"files with {{data_dir}}",
+                mentions=("data_dir",),
+            ) from None
+        except Exception as err:  # not found, a missing config: the datasets library's types vary
             raise _user_error(err, origin) from err
     available = re.search(r"\[(.*)\]", str(unknown))
     detail = f" (splits: {available.group(1)})" if available else ""
     raise AiaynError(f"dataset {origin} has no split {split!r}{detail}")
+
+
+@contextlib.contextmanager
+def _quiet_retries():
+    """Without the Hub's warning per retry of a failed request (the error that ends them says it)."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def describe_source(spec: DataSpec) -> str:
+    """Where `spec`'s data comes from, in a few words: `the Hub dataset wmt14 (de-en)`, `the folder data/`."""
+    if spec.dataset:
+        name = str(spec.dataset) + (f" ({spec.dataset_config})" if spec.dataset_config else "")
+        return f"the dataset folder {name}" if Path(str(spec.dataset)).is_dir() else f"the Hub dataset {name}"
+    if spec.data_dir:
+        return f"the folder {spec.data_dir}"
+    if spec.prefix:
+        return f"the files {spec.prefix}.{spec.source_lang} and {spec.prefix}.{spec.target_lang}"
+    if spec.source_file:
+        return f"the files {spec.source_file} and {spec.target_file}"
+    return f"the file {spec.data_file}"
 
 
 def _pair_columns(flat: datasets.Dataset, spec: DataSpec, where: str) -> tuple[str, str]:
@@ -429,6 +465,7 @@ __all__ = [
     "clean_chunks",
     "cleaned_fingerprint",
     "data_fingerprint",
+    "describe_source",
     "finish_cleaning",
     "load_split",
     "new_report",

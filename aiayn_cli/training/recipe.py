@@ -106,6 +106,23 @@ ModelRecipe.__doc__ = (
 
 
 @dataclass
+class TokenizerTraining:
+    """How `aiayn train` builds the recipe's tokenizer where its folder does not exist yet: as
+    `aiayn train-tokenizer` would, on the recipe's training data (§5.1: one shared vocabulary)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    vocab_size: PositiveInt = 37000
+    """Size of the joint vocabulary (§5.1: about 37,000 for WMT 2014 English-German)."""
+    model: Literal["bpe", "unigram"] = "bpe"
+    """The subword model: byte-pair encoding (the paper's) or unigram."""
+    min_frequency: PositiveInt = 2
+    """BPE: the fewest occurrences of a pair to merge it."""
+    sample: PositiveInt | None = None
+    """Take the statistics from a uniform random sample of this many pairs; None: every pair."""
+
+
+@dataclass
 class TrainRecipe:
     """Everything `aiayn train` needs; the defaults are the paper's (§5.3, §5.4)."""
 
@@ -121,6 +138,10 @@ class TrainRecipe:
     """The tokenizer folder written by `aiayn train-tokenizer` (or a Hub id)."""
     output_dir: StrictStr
     """Where checkpoints, metrics, the resolved recipe and the learning curve go."""
+    tokenizer_training: TokenizerTraining | None = None
+    """Where the `tokenizer` folder does not exist, `aiayn train` first builds it from the training
+    split with these settings (a mapping: vocab_size, model, min_frequency, sample); None: the
+    tokenizer must exist already (or be a Hub id)."""
     train_split: StrictStr = "train"
     """The split to train on."""
     valid_split: StrictStr | None = "validation"
@@ -276,6 +297,7 @@ RESUMABLE_CHANGES = frozenset(
     {
         "output_dir",
         "tokenizer",
+        "tokenizer_training",
         "num_proc",
         "compile",
         "compile_loss",
@@ -348,6 +370,7 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     if path is not None:
         raw, lines = _read_yaml(Path(path))
     where = {key: f"{source}:{line}" for key, line in lines.items()}
+    _drop_replaced_source(raw, overrides or {})
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value, source)
         where[key] = f"--set {key}" if not key.startswith("--") else key
@@ -359,6 +382,21 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     if recipe.when_fp32:
         recipe = _check_when_fp32(recipe, where, source, set(overrides or {}))
     return recipe
+
+
+# The keys of `DataSpec` that name where the data is: one of them is given.
+DATA_SOURCES = ("dataset", "data_dir", "prefix", "source_file", "target_file", "data_file")
+
+
+def _drop_replaced_source(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """An override that names a data source (`data.data_dir`) replaces the recipe's source whole."""
+    given = {
+        key for key, value in overrides.items() if value is not None and key in {f"data.{n}" for n in DATA_SOURCES}
+    }
+    if given and isinstance(raw.get("data"), dict):
+        for name in DATA_SOURCES:
+            if f"data.{name}" not in given:
+                raw["data"].pop(name, None)
 
 
 # Keys decided before the precision is (the accelerator is made from them): not for `when_fp32`.
@@ -600,6 +638,7 @@ __all__ = [
     "MODEL_FIELDS",
     "ModelRecipe",
     "RESUMABLE_CHANGES",
+    "TokenizerTraining",
     "TrainRecipe",
     "find_recipe",
     "load_recipe",

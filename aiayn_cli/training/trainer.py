@@ -109,8 +109,14 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     recipe = recipe.in_precision(precision)
     output = Path(recipe.output_dir)
     checkpoint = prepare_output_dir(recipe, resume)
+    building = tokenizer_missing(recipe)
+    if building:  # the data is read now: say which first
+        _say_data(recipe)
+        build_missing_tokenizer(recipe, show_progress)
     tokenizer = load_tokenizer(recipe.tokenizer)
     config = recipe.model.to_config(vocab_size=check_vocabulary(tokenizer, recipe))
+    if not building:
+        _say_data(recipe)
     accelerator = make_accelerator(recipe, choice)
     main = accelerator.is_main_process
     choice = choice or PrecisionChoice(accelerator.mixed_precision, "accelerate config / accelerate launch")
@@ -262,15 +268,11 @@ def _forget_an_earlier_precision(choice: PrecisionChoice | None) -> None:
 
 def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
     """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's."""
-    from accelerate import PartialState
-    from accelerate.utils import parse_flag_from_env
-
     if recipe.mixed_precision is None:
         return None
     # As `Accelerator()` would: ACCELERATE_USE_CPU=1 (processes on CPUs) must reach the first
     # PartialState, which every later one shares, or each process thinks it runs alone.
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    return choose_precision(recipe.mixed_precision, state.device)
+    return choose_precision(recipe.mixed_precision, _process_state().device)
 
 
 def accelerate_precision() -> str:
@@ -280,6 +282,66 @@ def accelerate_precision() -> str:
     from accelerate.utils import parse_choice_from_env
 
     return parse_choice_from_env("ACCELERATE_MIXED_PRECISION", "no").lower()
+
+
+def tokenizer_missing(recipe: TrainRecipe) -> bool:
+    """Whether the recipe's tokenizer folder does not exist yet and `tokenizer_training` says how to make it."""
+    return recipe.tokenizer_training is not None and not Path(recipe.tokenizer).exists()
+
+
+def build_missing_tokenizer(recipe: TrainRecipe, show_progress: bool = False) -> bool:
+    """Where `tokenizer_missing(recipe)`, train the tokenizer on the recipe's training split first
+    (§5.1), saying so; True where it was built.
+
+    Under `accelerate launch` each machine's main process builds it while the others wait, then find it.
+    """
+    if not tokenizer_missing(recipe):
+        return False
+    from ..data.tokenization import train_tokenizer
+
+    settings, folder, state = recipe.tokenizer_training, Path(recipe.tokenizer), _process_state()
+    with state.local_main_process_first():
+        if folder.exists():  # built by this machine's main process meanwhile
+            return False
+        print(
+            f"tokenizer: {folder} does not exist: building it from the training data first "
+            f"({settings.model}, vocab_size {settings.vocab_size}: the recipe's tokenizer_training)",
+            file=sys.stderr,
+            flush=True,
+        )
+        tokenizer = train_tokenizer(
+            recipe.data,
+            split=recipe.train_split,
+            vocab_size=settings.vocab_size,
+            model=settings.model,
+            min_frequency=settings.min_frequency,
+            max_sentences=settings.sample,
+            seed=recipe.seed,
+            output_dir=folder,
+            show_progress=show_progress,
+        )
+        print(f"tokenizer: wrote {len(tokenizer)} tokens to {folder}", file=sys.stderr, flush=True)
+    return True
+
+
+def _process_state():
+    """accelerate's state of this process (as `Accelerator()` makes it: ACCELERATE_USE_CPU=1 honoured)."""
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+
+
+def _say_data(recipe: TrainRecipe) -> None:
+    """One line on stderr (main process): where the training data comes from."""
+    from ..data.corpus import describe_source
+
+    source = describe_source(recipe.data)
+    hint = " (a local folder instead: --data-dir DIR)" if source.startswith("the Hub") else ""
+    if _process_state().is_main_process:
+        print(
+            f"data: {source}, {recipe.data.source_lang} -> {recipe.data.target_lang}{hint}", file=sys.stderr, flush=True
+        )
 
 
 def load_tokenizer(path: str):
@@ -311,7 +373,9 @@ def tokenizer_hash(tokenizer) -> str:
 
 
 def prepare_training_data(recipe: TrainRecipe, show_progress: bool = False):
-    """The recipe's training split, prepared (`aiayn prepare`): a `PreparedSplit` whose `path` is the cache."""
+    """The recipe's training split, prepared (`aiayn prepare`): a `PreparedSplit` whose `path` is the
+    cache. The tokenizer is built first where it is missing (`build_missing_tokenizer`)."""
+    build_missing_tokenizer(recipe, show_progress)
     return prepare_split(
         recipe.data,
         recipe.train_split,
@@ -422,6 +486,8 @@ def _echo(accelerator, message: str) -> None:
 
 __all__ = [
     "TrainResult",
+    "build_missing_tokenizer",
+    "tokenizer_missing",
     "check_vocabulary",
     "load_data",
     "load_tokenizer",

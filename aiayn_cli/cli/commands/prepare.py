@@ -1,7 +1,7 @@
 """`aiayn prepare RECIPE`: read, clean and tokenize a recipe's training data once, ahead of training.
 
 aiayn prepare wmt14_en_de_base            # then: aiayn train wmt14_en_de_base
-aiayn prepare multi30k_en_de --data-dir ../shared/data/multi30k --cache-dir /scratch/aiayn
+aiayn prepare multi30k_en_de --data-dir data/multi30k --cache-dir /scratch/aiayn
 
 What fairseq's `preprocess` and OpenNMT's `build_vocab` do: `aiayn train` (every process, every
 resume) then opens the prepared Arrow files instead of reading the text again.

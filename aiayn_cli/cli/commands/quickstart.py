@@ -10,11 +10,10 @@ import typer
 from ...quickstart.pipeline import run_quickstart
 
 NEXT_STEPS = """\
-The same steps on real data, from any folder (Multi30k in a local folder DATA; WMT14 from the Hub):
-  aiayn train-tokenizer --data-dir DATA -s en -t de --vocab-size 8000 -o runs/multi30k-bpe8k
-  aiayn train multi30k_en_de --data-dir DATA
-  aiayn translate --model runs/multi30k_en_de/averaged --input DATA/test2016.en --output test2016.hyp.de
-  aiayn evaluate -i test2016.hyp.de -r DATA/test2016.de
+The same steps on real data, from any folder (Multi30k from the Hub: bentrevett/multi30k):
+  aiayn train multi30k_en_de                                 # its tokenizer first, then 60 minutes of training
+  aiayn evaluate --model runs/multi30k_en_de/averaged --dataset bentrevett/multi30k -s en -t de --split test
+  aiayn train multi30k_en_de --data-dir DATA                 # or a local folder of train.en, train.de, ...
   accelerate launch -m aiayn_cli train wmt14_en_de_base      # the paper's base model
   aiayn recipes                                              # every shipped recipe"""
 

@@ -1,6 +1,7 @@
 """`aiayn train RECIPE [flags]`: the paper's training recipe (§5), on one CPU or under `accelerate launch`.
 
-aiayn train multi30k_en_de --data-dir ../shared/data/multi30k     # a shipped recipe, by name
+aiayn train multi30k_en_de                                        # a shipped recipe, by name
+aiayn train multi30k_en_de --data-dir data/multi30k               # on a local folder of train.en, ...
 aiayn train my_recipe.yaml                                        # or a file
 accelerate launch -m aiayn_cli train multi30k_en_de               # several GPUs / machines
 aiayn train multi30k_en_de                                        # again, after a kill: resumes
