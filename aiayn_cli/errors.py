@@ -46,6 +46,13 @@ class Interrupted(AiaynError):
         self.exit_code = 128 + signal_number
 
 
+class LostProcess(AiaynError):
+    """A run of several processes that lost one of them (killed, hung, its machine gone): printed as
+    ``error: <message>`` (which says how to resume), exit code 1."""
+
+    exit_code = 1
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (its type's name where it has none): what a library's
     multi-line error contributes to one `AiaynError` line."""

@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from ..errors import AiaynError
 from ..files import atomic_write, remove_dir, staging_dir
+from .heartbeat import whole_write
 from .training_state import check_no_pickles, load_training_state, save_training_state
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
@@ -109,7 +110,8 @@ def save_checkpoint(
         state_dict = accelerator.get_state_dict(model)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            with staging_dir(final, name=tmp.name) as folder:  # fsynced, then renamed
+            # whole_write: a process that finds another lost waits for these files before it ends
+            with whole_write(), staging_dir(final, name=tmp.name) as folder:  # fsynced, then renamed
                 accelerator.unwrap_model(model).save_pretrained(folder, state_dict=state_dict)
                 tokenizer.save_pretrained(folder)
                 _write_json(folder / TRAINER_STATE, trainer_state)

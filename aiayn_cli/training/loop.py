@@ -34,6 +34,7 @@ from .checkpoint import (
     save_checkpoint,
     write_averaged_checkpoint,
 )
+from .heartbeat import whole_write
 from .loss import label_smoothed_cross_entropy, target_mask
 from .recipe import parse_duration
 from .run_folder import HISTORY_DIR
@@ -398,7 +399,8 @@ class Run:
             paths = self._choose_average(paths)
         averaged = self.output / "averaged"
         if accelerator.is_main_process:
-            write_averaged_checkpoint(paths, averaged)
+            with whole_write():
+                write_averaged_checkpoint(paths, averaged)
         accelerator.wait_for_everyone()
         metrics: dict[str, float] = {}
         if self.data.valid_loader is not None:

@@ -255,6 +255,13 @@ class TrainRecipe:
     trackers: list[StrictStr] = field(default_factory=lambda: ["tensorboard"])
     """accelerate trackers: tensorboard, wandb (when installed), ...; [] for none."""
 
+    # --- several processes --------------------------------------------------------------------
+    lost_process_after: Duration = "30s"
+    """Under `accelerate launch` with 2+ processes: where one gives no sign of life for this long
+    (killed, hung, its machine gone), the others stop (`training/heartbeat.py`) instead of waiting
+    for NCCL's collective timeout; the same command resumes from the last checkpoint. Minutes, or
+    '30s', '2m'."""
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (paths as strings), as saved in `recipe.yaml`."""
         return _plain(dataclasses.asdict(self))
@@ -535,11 +542,12 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         fail("average_choose", "needs a validation split to choose on (valid_split is null)")
     if recipe.length_penalty_grid is not None and recipe.valid_split is None:
         fail("length_penalty_grid", "needs a validation split to choose on (valid_split is null)")
-    if recipe.max_time is not None:
-        try:
-            parse_duration(recipe.max_time)
-        except ValueError as err:
-            fail("max_time", str(err))
+    for key in ("max_time", "lost_process_after"):
+        if getattr(recipe, key) is not None:
+            try:
+                parse_duration(getattr(recipe, key))
+            except ValueError as err:
+                fail(key, str(err))
     if recipe.best_metric == "bleu" and (recipe.valid_bleu_samples == 0 or recipe.valid_split is None):
         fail(
             "best_metric",

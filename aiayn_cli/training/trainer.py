@@ -27,6 +27,7 @@ global batch spread over another number of processes, draws the same dropout mas
 from __future__ import annotations
 
 import random
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,13 +42,14 @@ from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
 from ..data.corpus import load_split
 from ..data.prepare import prepare_split
 from ..data.vocabulary import SPECIAL_IDS, check_tokenizer
-from ..errors import AiaynError, first_line
+from ..errors import AiaynError, Interrupted, LostProcess, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from ..precision import PrecisionChoice, choose_precision
 from .checkpoint import list_checkpoints, load_checkpoint, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
+from .heartbeat import Heartbeat
 from .loop import Run, micro_batch_seed
-from .recipe import TrainRecipe, save_recipe
+from .recipe import TrainRecipe, parse_duration, save_recipe
 from .run_folder import (
     RECIPE_FILE,
     MetricsLog,
@@ -95,11 +97,67 @@ def train(
         AiaynError: a user mistake, another run in the output folder, a non-finite loss.
         Interrupted: SIGINT or SIGTERM; a checkpoint of the step reached was written.
     """
-    with locked_run_folder(Path(recipe.output_dir)):
-        return _train(recipe, resume, show_progress, accept_new_data)
+    output = Path(recipe.output_dir)
+    with locked_run_folder(output), LostProcessWatch(recipe, output) as watch:
+        try:
+            return _train(recipe, resume, show_progress, accept_new_data, watch)
+        except RuntimeError as err:
+            if not watch.lost_contact(err):
+                raise
+            raise LostProcess(f"another process of the run was lost ({_why(err)}): {watch.advice()}") from None
 
 
-def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bool) -> TrainResult:
+def _why(err: BaseException) -> str:
+    """A collective's error in a few words: gloo's `[file:line] Read error ...: Connection reset by
+    peer. This is typically ...` -> `Read error ...: Connection reset by peer`."""
+    return re.sub(r"^\[[^\]]*\]\s*", "", first_line(err)).split(". ")[0].rstrip(".")
+
+
+class LostProcessWatch:
+    """The heartbeat (`heartbeat.py`) of this process while it trains with others: started once the
+    processes have met, stopped at the end (finished where the run ended well or by a signal)."""
+
+    def __init__(self, recipe: TrainRecipe, output: Path):
+        self.lost_after, self.output = parse_duration(recipe.lost_process_after), output
+        self.heartbeat: Heartbeat | None = None
+        self.main = True
+
+    def start(self, accelerator) -> None:
+        self.main = accelerator.is_main_process
+        self.heartbeat = Heartbeat.from_environment(self.lost_after, self._on_lost)
+        if self.heartbeat is not None:
+            self.heartbeat.start()
+
+    def _on_lost(self, message: str) -> None:  # in the heartbeat's thread, which then ends the process
+        if self.main:
+            remove_incomplete(self.output)
+        print(f"error: {message}: this process stops; {self.advice()}", file=sys.stderr, flush=True)
+
+    def advice(self) -> str:
+        last = list_checkpoints(self.output)
+        if not last:
+            return "no checkpoint was written yet: the same command on every machine starts the run again"
+        return f"the same command on every machine resumes from {last[-1]}"
+
+    def lost_contact(self, err: BaseException) -> bool:
+        """Whether `err` is a collective's failure in a run of several processes (a peer gone)."""
+        import torch.distributed as dist
+
+        if self.heartbeat is None:
+            return False
+        return isinstance(err, dist.DistError) or any(word in str(err) for word in ("gloo", "NCCL"))
+
+    def __enter__(self) -> LostProcessWatch:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop(finished=kind is None or issubclass(kind, Interrupted))
+
+
+def _train(
+    recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bool, watch: LostProcessWatch
+) -> TrainResult:
     # 1. The recipe in the precision the run will have (`when_fp32`); the output folder (a new run, or
     #    the checkpoint to resume), the tokenizer against the model: user mistakes surface before
     #    anything heavy starts. Then the accelerator.
@@ -118,6 +176,7 @@ def _train(recipe: TrainRecipe, resume, show_progress: bool, accept_new_data: bo
     if not building:
         _say_data(recipe)
     accelerator = make_accelerator(recipe, choice)
+    watch.start(accelerator)
     main = accelerator.is_main_process
     choice = choice or PrecisionChoice(accelerator.mixed_precision, "accelerate config / accelerate launch")
     if choice.warning:
