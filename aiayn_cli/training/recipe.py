@@ -326,6 +326,7 @@ RESUMABLE_CHANGES = frozenset(
         "length_penalty_grid",
         "log_every_steps",
         "trackers",
+        "lost_process_after",
     }
 )
 
