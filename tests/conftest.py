@@ -73,6 +73,13 @@ def run_cli(
     )
 
 
+def pytest_runtest_setup(item):
+    """`@pytest.mark.gpu` tests (`python -m pytest -m gpu`) skip where there is no CUDA device, all
+    with the one reason line below."""
+    if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the GPU tests run on a machine with one (benchmarks/gpu_check.py runs them)")
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
     torch.manual_seed(0)

@@ -451,7 +451,7 @@ def test_options_must_be_finite(name, value):
     assert raised.value.key == name
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_decoding_equals_cpu():
     ids, mask = source_batch([9, 4, 7, 2, 9, 5])
     cpu_model, gpu_model = tiny_model(), tiny_model().cuda()
