@@ -627,7 +627,7 @@ def test_int8_decoding_quantizes_every_linear_map_and_stays_close():
         a[0].tokens == b[0].tokens
         for a, b in zip(decode(model, ids, mask, options, prepared), decode(model, ids, mask, options))
     ]
-    assert sum(same) >= 20  # measured: 24 of 32 on this random model
+    assert sum(same) >= 20  # 24 of 32 on this random model, with AVX2 and with AMX int8 kernels
 
 
 def test_decoding_with_head_masks_equals_full_forwards_with_them():

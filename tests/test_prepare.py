@@ -149,6 +149,7 @@ def test_training_is_the_same_with_and_without_the_cache(task, tmp_path, monkeyp
                 "output_dir": str(tmp_path / name),
                 "max_steps": 3,
                 "max_tokens": 256,
+                "mixed_precision": "no",  # fp32 on every CPU
                 "valid_split": None,
                 "best_metric": "loss",
                 "average_last": None,

@@ -194,6 +194,14 @@ def test_overrides_win_and_are_checked(tmp_path):
     assert recipe.model.preset == "tiny"
 
 
+def test_mixed_precision_no_unquoted_is_fp32(tmp_path):
+    # YAML 1.1 reads an unquoted `no` as false: in a recipe file and in `--set mixed_precision=no`
+    assert load_recipe(_write(tmp_path, MINIMAL + "mixed_precision: no\n")).mixed_precision == "no"
+    assert load_recipe(_write(tmp_path, MINIMAL), {"mixed_precision": False}).mixed_precision == "no"
+    with pytest.raises(AiaynError, match=r"'mixed_precision' must be"):
+        load_recipe(_write(tmp_path, MINIMAL + "mixed_precision: yes\n"))
+
+
 def test_round_trip_and_differences(tmp_path):
     recipe = load_recipe(_write(tmp_path, MINIMAL))
     save_recipe(recipe, tmp_path / "out" / "recipe.yaml")

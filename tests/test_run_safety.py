@@ -64,7 +64,9 @@ def test_a_checkpoint_holding_a_pickle_is_refused_and_never_loaded(monkeypatch, 
 
 
 def _quick_args(data: Path, tokenizer: Path, output: Path, steps: int, *extra: str) -> list:
-    flags = ["checkpoint_every_steps=2", "valid_bleu_samples=0", "best_metric=loss", "average_last=null", "trackers=[]"]
+    # fp32 on every CPU (a later `--set mixed_precision=...` in `extra` overrides it)
+    flags = ["mixed_precision=no", "checkpoint_every_steps=2", "valid_bleu_samples=0", "best_metric=loss"]
+    flags += ["average_last=null", "trackers=[]"]
     return [
         *("train", TINY, "--data-dir", data, "--tokenizer", tokenizer, "--output-dir", output),
         *("--max-steps", str(steps), "--no-progress", *[x for flag in flags for x in ("--set", flag)], *extra),

@@ -38,8 +38,12 @@ def run_quickstart(
     seed: int = 0,
     overwrite: bool = False,
     show_progress: bool = True,
+    recipe_overrides: dict | None = None,
 ) -> QuickstartResult:
-    """Generate the corpus, train the tokenizer and the model, average, translate the test set, score it."""
+    """Generate the corpus, train the tokenizer and the model, average, translate the test set, score it.
+
+    `recipe_overrides`: recipe keys set on top of the quickstart's (as `aiayn train --set` does), e.g.
+    a budget in steps instead of minutes: `{"max_time": None, "max_steps": 400}`."""
     from ..data.corpus import DataSpec, load_split
     from ..data.tokenization import train_tokenizer
     from ..decoding.translator import Translator
@@ -92,6 +96,7 @@ def run_quickstart(
             "output_dir": str(output / "run"),
             "seed": seed,
             "max_time": f"{minutes}m",
+            **(recipe_overrides or {}),
         },
     )
     result = train(recipe, resume=None, show_progress=show_progress)

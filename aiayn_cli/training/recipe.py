@@ -382,6 +382,8 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value, source)
         where[key] = f"--set {key}" if not key.startswith("--") else key
+    if raw.get("mixed_precision") is False:  # YAML 1.1 reads an unquoted `no` as false
+        raw["mixed_precision"] = "no"
     try:
         recipe = _VALIDATOR.validate_python(raw)
     except ValidationError as err:
