@@ -9,7 +9,7 @@ from conftest import cli_here
 
 from aiayn_cli.quickstart.pipeline import run_quickstart
 
-QUICKSTART_STEPS = 400
+QUICKSTART_STEPS = 800
 
 
 def _check_reported_score(result, output):
