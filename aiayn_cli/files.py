@@ -208,9 +208,26 @@ def check_output_file(path: str | os.PathLike, inputs=(), key: str | None = None
     return path
 
 
+def check_output_dir(path: str | os.PathLike, key: str | None = None) -> Path:
+    """Before any work: `path` is a folder that files can be written into, or can be made (its nearest
+    existing parent is a writable folder). `key`: the option that named it, for the error line."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise AiaynError(f"{path}: is a file, not a folder; give a folder", key=key)
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise AiaynError(f"{path}: {existing} is a file, not a folder", key=key)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise AiaynError(f"{path}: the folder {existing} is not writable", key=key)
+    return path
+
+
 __all__ = [
     "atomic_open",
     "atomic_write",
+    "check_output_dir",
     "check_output_file",
     "fsync_dir",
     "fsync_tree",

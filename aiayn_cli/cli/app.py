@@ -21,6 +21,8 @@ from .commands import (
     average,
     evaluate,
     export,
+    heads,
+    layers,
     paper,
     prepare,
     push,
@@ -77,6 +79,8 @@ app.command("serve")(serve.serve)
 app.command("export")(export.export)
 app.command("quickstart")(quickstart.quickstart)
 app.command("attention")(attention.attention)
+app.command("heads")(heads.heads)
+app.command("layers")(layers.layers)
 app.command("paper")(paper.paper)
 app.command("recipes")(recipes.recipes)
 

@@ -1,0 +1,127 @@
+"""`aiayn heads`: which heads of the three kinds of attention matter, measured on held-out pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ...errors import AiaynError
+from .. import options
+
+MEASURE = "Measurement"
+
+
+def heads(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
+        ),
+    ] = ...,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FOLDER",
+            help="Where heads.md, heads.json and the figures go (created if missing).",
+        ),
+    ] = Path("heads"),
+    dataset: options.DatasetOpt = None,
+    dataset_config: options.DatasetConfigOpt = None,
+    data_dir: options.DataDirOpt = None,
+    prefix: options.PrefixOpt = None,
+    source_file: options.SourceFileOpt = None,
+    target_file: options.TargetFileOpt = None,
+    data_file: options.DataFileOpt = None,
+    source_lang: options.SourceLangOpt = None,
+    target_lang: options.TargetLangOpt = None,
+    split: Annotated[
+        str, typer.Option("--split", rich_help_panel=options.PANEL, help="The held-out split to measure on.")
+    ] = "validation",
+    sample: Annotated[
+        int,
+        typer.Option(
+            "--sample", min=1, rich_help_panel=MEASURE, help="The first N pairs of the split (fewer: faster)."
+        ),
+    ] = 500,
+    importance: Annotated[
+        str,
+        typer.Option(
+            "--importance",
+            rich_help_panel=MEASURE,
+            help="The pruning order: loss (the validation loss increase when the head alone is masked) or "
+            "gradient (Michel et al., 2019: E|dL/dm_h|).",
+        ),
+    ] = "loss",
+    max_bleu_drop: Annotated[
+        float,
+        typer.Option(
+            "--max-bleu-drop",
+            min=0.0,
+            rich_help_panel=MEASURE,
+            help="Prune until sacreBLEU has fallen by more than this many points.",
+        ),
+    ] = 1.0,
+    num_beams: Annotated[
+        int | None,
+        typer.Option(
+            "--beam",
+            "-b",
+            min=1,
+            rich_help_panel=MEASURE,
+            help="Beam size of the translations scored by BLEU [default: the model's generation_config].",
+            show_default=False,
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+    dtype: Annotated[
+        str,
+        typer.Option("--dtype", help="fp32 (the same numbers on every CPU), bf16, fp16, or auto (as translate)."),
+    ] = "fp32",
+) -> None:
+    """Measure every head: what it attends to, the loss and BLEU without it, and how many can go.
+
+    \b
+    aiayn heads -m runs/multi30k_en_de/averaged --data-dir DATA -s en -t de -o heads
+    aiayn heads -m aiayn-quickstart/run/averaged --data-dir aiayn-quickstart/data -s en -t de --beam 1
+    """
+    from ...decoding.translator import Translator
+    from ...files import check_output_dir
+    from ...inspection.head_figures import summary, table, write_head_report
+    from ...inspection.heads import IMPORTANCE, load_sample, measure_heads
+
+    if importance not in IMPORTANCE:
+        raise AiaynError(f"{importance}: choose one of {', '.join(IMPORTANCE)}", key="importance")
+    check_output_dir(output, key="output")
+    spec = options.data_spec(
+        dataset=dataset,
+        dataset_config=dataset_config,
+        data_dir=data_dir,
+        prefix=prefix,
+        source_file=source_file,
+        target_file=target_file,
+        data_file=data_file,
+        source_lang=source_lang,
+        target_lang=target_lang,
+    )
+    translator = Translator.from_pretrained(model, device=device, dtype=dtype)
+    pairs = load_sample(translator, spec, split, sample)
+    report = measure_heads(
+        translator,
+        pairs,
+        importance=importance,
+        max_bleu_drop=max_bleu_drop,
+        progress=lambda line: typer.echo(line, err=True),
+        num_beams=num_beams,
+    )
+    report.settings.update(model=model, dtype=str(translator.model.dtype).removeprefix("torch."))
+    written = write_head_report(report, output)
+    typer.echo(table(report))
+    typer.echo("What to notice:")
+    for line in summary(report):
+        typer.echo(f"  - {line}")
+    for path in written:
+        typer.echo(f"wrote {path}", err=True)

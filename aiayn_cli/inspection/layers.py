@@ -1,0 +1,166 @@
+"""Layer by layer: what the decoder would predict after each of its N layers (§3.1: "a stack of N = 6
+identical layers"), and how each layer's encoder-decoder attention aligns.
+
+    from aiayn_cli.inspection.layers import layer_predictions, measure_layers
+
+    report = measure_layers(model, sample)                     # next-token accuracy and loss per layer
+    grid = layer_predictions(model, tokenizer, source, reference)  # one sentence: the top choice per layer
+
+Each decoder layer's output goes through the model's own output projection (the tied pre-softmax
+matrix of §3.4, `lm_head`), as if the layers above it were not there ("logit lens"). In the paper's
+post-LN layers every layer's output is already layer-normalized, as the last one is; with `pre_norm`
+the decoder's final LayerNorm is applied first, as it is to the last layer. The last layer's
+predictions are the model's. Teacher forcing on the reference: position t reads y_(t-1) and predicts
+y_t, at every layer.
+
+Where true word alignments exist (the quickstart's `{split}.align`), `alignment_by_layer` gives the
+AER of each layer's encoder-decoder attention, heads averaged (`alignment.measure`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import AiaynError
+from .heads import Sample, batches
+
+
+def layer_logits(model, decoder_hidden_states) -> list[torch.Tensor]:
+    """The logits `(B, T, V)` of decoder layers 1 .. N: each layer's output through `lm_head` (after the
+    final LayerNorm where the model is pre-norm)."""
+    norm = model.get_decoder().final_norm
+    outputs = decoder_hidden_states[1:]  # [0] is the embedded input
+    return [model.lm_head(norm(h) if norm is not None else h) for h in outputs]
+
+
+@dataclass
+class LayerReport:
+    """Per decoder layer (from 1): next-token accuracy and cross-entropy on the sample's references."""
+
+    accuracy: list[float]
+    loss: list[float]
+    tokens: int
+    aer: dict[str, float] = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        layers = [
+            {"layer": i + 1, "accuracy": a, "loss": lo} for i, (a, lo) in enumerate(zip(self.accuracy, self.loss))
+        ]
+        return {"settings": self.settings, "tokens": self.tokens, "layers": layers, "aer": self.aer}
+
+
+@torch.inference_mode()
+def measure_layers(model, sample: Sample, batch_size: int = 64) -> LayerReport:
+    """Next-token accuracy and loss (token-level cross-entropy, no label smoothing) of every decoder
+    layer's prediction, teacher-forced on the sample's references."""
+    n = model.config.num_decoder_layers
+    correct, nll, tokens = [0] * n, [0.0] * n, 0
+    for batch in batches(model, sample, batch_size):
+        labels = batch["labels"]
+        real = labels != model.config.pad_token_id
+        out = model(**{k: v for k, v in batch.items() if k != "labels"}, output_hidden_states=True, use_cache=False)
+        targets = labels.masked_fill(~real, -100)
+        for i, logits in enumerate(layer_logits(model, out.decoder_hidden_states)):
+            logits = logits.float()
+            correct[i] += int(((logits.argmax(-1) == labels) & real).sum())
+            nll[i] += float(
+                F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum")
+            )
+        tokens += int(real.sum())
+    return LayerReport([c / tokens for c in correct], [v / tokens for v in nll], tokens)
+
+
+@dataclass
+class LayerPredictions:
+    """One sentence: `choices[layer][t]` the top token at position t after each layer, `probabilities`
+    its probability, `reference` the tokens y_t; `inputs` what position t reads (`<s>` y_1 ...)."""
+
+    source: str
+    reference: str
+    inputs: list[str]
+    targets: list[str]
+    choices: list[list[str]]
+    probabilities: list[list[float]]
+    target_probabilities: list[list[float]]
+
+
+@torch.inference_mode()
+def layer_predictions(model, tokenizer, source: str, reference: str) -> LayerPredictions:
+    """The top choice of every decoder layer at every position of one teacher-forced sentence pair."""
+    from .extract import padded_batch
+
+    if not source.strip() or not reference.strip():
+        raise AiaynError("the sentence and its reference must not be empty")
+    src = tokenizer(source, add_special_tokens=True)["input_ids"]
+    tgt = tokenizer(text_target=reference, add_special_tokens=True)["input_ids"]
+    limit = model.config.max_position_embeddings
+    if max(len(src), len(tgt)) > limit:
+        raise AiaynError(f"the sentence pair has more than the model's limit of {limit} tokens")
+    batch = padded_batch(model, [src], [tgt])
+    labels = batch.pop("labels")
+    out = model(**batch, output_hidden_states=True, use_cache=False)
+    choices, probabilities, target_probabilities = [], [], []
+    for logits in layer_logits(model, out.decoder_hidden_states):
+        p = logits[0].float().softmax(-1)  # (T, V)
+        best = p.max(-1)
+        choices.append(_tokens(tokenizer, best.indices.tolist()))
+        probabilities.append(best.values.tolist())
+        target_probabilities.append(p.gather(-1, labels[0][:, None])[:, 0].tolist())
+    return LayerPredictions(
+        source,
+        reference,
+        _tokens(tokenizer, batch["decoder_input_ids"][0].tolist()),
+        _tokens(tokenizer, labels[0].tolist()),
+        choices,
+        probabilities,
+        target_probabilities,
+    )
+
+
+def _tokens(tokenizer, ids: list[int]) -> list[str]:
+    return [t.replace("\u2581", "_") for t in tokenizer.convert_ids_to_tokens(ids)]
+
+
+def alignment_file(spec, split: str) -> Path | None:
+    """The `{split}.align` file beside a data folder's split (the quickstart writes one), else None."""
+    from ..data.corpus import split_candidates
+
+    if not spec.data_dir:
+        return None
+    for name in split_candidates(split):
+        path = Path(spec.data_dir) / f"{name}.align"
+        if path.is_file() and (Path(spec.data_dir) / f"{name}.{spec.source_lang}").is_file():
+            return path
+    return None
+
+
+def alignment_by_layer(model, tokenizer, align_path: Path, source_lang: str, target_lang: str, size: int | None):
+    """AER of each decoder layer's encoder-decoder attention (heads averaged, the predicting position) and
+    of the diagonal, on the first `size` pairs beside `align_path` ({name}.{lang} and {name}.align)."""
+    from .alignment import measure
+
+    def read(suffix: str) -> list[str]:
+        lines = align_path.with_suffix(f".{suffix}").read_text(encoding="utf-8").splitlines()
+        return lines[:size] if size is not None else lines
+
+    sources, references, gold = read(source_lang), read(target_lang), read("align")
+    if not len(sources) == len(references) == len(gold):
+        raise AiaynError(f"{align_path}: not as many lines as {align_path.with_suffix('.' + source_lang)}")
+    results = measure(model, tokenizer, sources, references, gold)
+    return {name: value for name, value in results.items() if not name.endswith(" input")} | {"pairs": len(gold)}
+
+
+__all__ = [
+    "LayerPredictions",
+    "LayerReport",
+    "alignment_by_layer",
+    "alignment_file",
+    "layer_logits",
+    "layer_predictions",
+    "measure_layers",
+]
