@@ -7,7 +7,10 @@ from typing import Annotated
 
 import typer
 
+from ...errors import AiaynError
+
 NARROW = "Narrowing and merging"
+TRAINING = "Over training"
 
 
 def attention(
@@ -15,11 +18,15 @@ def attention(
         list[str] | None, typer.Argument(metavar="SENTENCE...", help="Source sentences to explain.", show_default=False)
     ] = None,
     model: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
+            "--model",
+            "-m",
+            metavar="PATH_OR_HUB_ID",
+            help="A model folder saved by aiayn train, or a Hub id.",
+            show_default=False,
         ),
-    ] = ...,
+    ] = None,
     input: Annotated[
         Path | None,
         typer.Option("--input", "-i", metavar="FILE", help="Source sentences, one per line.", show_default=False),
@@ -108,9 +115,54 @@ def attention(
         ),
     ] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+    checkpoints: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoints",
+            metavar="RUN",
+            rich_help_panel=TRAINING,
+            help="A run folder of aiayn train instead of --model: every checkpoint (history/ included), the "
+            "pattern of --kind/--layer/--head (default: the last layer's encoder-decoder attention, heads "
+            "averaged) and the AER of each layer against the step.",
+            show_default=False,
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            rich_help_panel=TRAINING,
+            help="With --checkpoints: a folder with {split}.align (true alignments) [default: the run's data].",
+            show_default=False,
+        ),
+    ] = None,
+    source_lang: Annotated[
+        str | None, typer.Option("--source-lang", "-s", rich_help_panel=TRAINING, help="With --data-dir.")
+    ] = None,
+    target_lang: Annotated[
+        str | None, typer.Option("--target-lang", "-t", rich_help_panel=TRAINING, help="With --data-dir.")
+    ] = None,
+    split: Annotated[
+        str, typer.Option("--split", rich_help_panel=TRAINING, help="With --checkpoints: the held-out pairs for AER.")
+    ] = "test",
+    sample: Annotated[
+        int, typer.Option("--sample", min=1, rich_help_panel=TRAINING, help="With --checkpoints: pairs for AER.")
+    ] = 200,
 ) -> None:
-    """Show the model's attention for sentences: its own translation, or a reference (--reference)."""
+    """Show the model's attention for sentences: its own translation, or a reference (--reference).
+
+    \b
+    aiayn attention -m MODEL "A dog runs." -o attention                  # png and the explorer
+    aiayn attention --checkpoints aiayn-quickstart/run -o over-training   # AER and a pattern per step
+    """
     from ...inspection.report import AttentionRequest, attention_report
+
+    if checkpoints is not None:
+        _over_training(checkpoints, sentences, reference, output, kinds, layer, head, data_dir,
+                       (source_lang, target_lang), split, sample)  # fmt: skip
+        return
+    if model is None:
+        raise AiaynError("is required (or --checkpoints RUN)", key="model")
 
     if not formats:
         formats = ["png", "html"] if output is not None else ["text"]
@@ -142,3 +194,21 @@ def attention(
             "then click a token to see where it attends and eq. (1) with the model's numbers",
             err=True,
         )
+
+
+def _over_training(run, sentences, references, output, kinds, layer, head, data_dir, langs, split, sample) -> None:
+    from ...files import check_output_dir
+    from ...inspection.history import history_report
+
+    if kinds and len(kinds) > 1:
+        raise AiaynError("with --checkpoints: give one --kind", key="kinds")
+    if output is not None:
+        check_output_dir(output, key="output")
+    written, text = history_report(
+        run, output, sentences=sentences, references=references, kind=kinds[0] if kinds else "cross",
+        layer=layer, head=head, data_dir=data_dir, langs=langs, split=split, size=sample,
+        progress=lambda line: typer.echo(line, err=True),
+    )  # fmt: skip
+    typer.echo(text, nl=False)
+    for path in written:
+        typer.echo(f"wrote {path}", err=True)
