@@ -6,7 +6,10 @@ the head, sees every head of the layer as thumbnails, clicks a token to see wher
 the model's own numbers: q.k against every key (from the layer's own projections, captured
 while the model ran), divided by sqrt(d_k), the softmax (equal to the drawn row), and the largest
 contributions weight x |v| to the weighted sum of values. Masked positions are shown as masked.
-The page itself is `explorer.html` beside this module; the data replaces its placeholder.
+The page itself is `explorer.html` beside this module: the explorer's parts (`explorer_view.html`,
+its elements; `explorer.css`; `explorer.js`, which draws the data) and the data replace its
+placeholders. `aiayn serve`'s page inlines the same three parts for its "look inside" view, which
+draws what `/v1/attention` answers (`explorer_data`): the same code and look.
 """
 
 from __future__ import annotations
@@ -18,22 +21,40 @@ from importlib import resources
 from .extract import KINDS, Explanation
 
 PLACEHOLDER = "/*AIAYN_DATA*/"
+PARTS = {"css": "/*AIAYN_EXPLORER_CSS*/", "view": "<!--AIAYN_EXPLORER_VIEW-->", "js": "/*AIAYN_EXPLORER_JS*/"}
 
 
-def explorer_html(explanations: list[Explanation], notes: list[str] | None = None) -> str:
-    """The explorer page for `explanations` (from `explain`, with their raw scores); `notes` are
-    shown under the title."""
-    page = resources.files(__package__).joinpath("explorer.html").read_text(encoding="utf-8")
-    data = {
+def explorer_parts() -> dict[str, str]:
+    """The explorer's style, elements and script: {"css", "view", "js"}, for a page to inline."""
+    files = {"css": "explorer.css", "view": "explorer_view.html", "js": "explorer.js"}
+    return {part: resources.files(__package__).joinpath(name).read_text(encoding="utf-8") for part, name in files.items()}
+
+
+def with_explorer(page: str) -> str:
+    """`page` with the explorer's parts in place of its placeholders (`PARTS`)."""
+    for part, text in explorer_parts().items():
+        page = page.replace(PARTS[part], text)
+    return page
+
+
+def explorer_data(explanations: list[Explanation], notes: list[str] | None = None) -> dict:
+    """What the explorer draws: {"about", "d_k", "sentences"} (the page's data, /v1/attention's answer)."""
+    return {
         "about": "Vaswani et al. (2017), §3.2: the three kinds of attention of a trained model. "
         "Weights are the model's own (output_attentions=True); rows are queries, columns keys. "
         "Decoder position t reads the token before y_t and predicts y_t." + "".join(" " + note for note in notes or []),
         "d_k": explanations[0].d_k if explanations else 0,
         "sentences": [_sentence(ex) for ex in explanations],
     }
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def explorer_html(explanations: list[Explanation], notes: list[str] | None = None) -> str:
+    """The explorer page for `explanations` (from `explain`, with their raw scores); `notes` are
+    shown under the title."""
+    page = resources.files(__package__).joinpath("explorer.html").read_text(encoding="utf-8")
+    payload = json.dumps(explorer_data(explanations, notes), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     payload = payload.replace("</", "<\\/")  # nothing in the data can close the script element
-    return page.replace(PLACEHOLDER, payload)
+    return with_explorer(page).replace(PLACEHOLDER, payload)
 
 
 def _sentence(ex: Explanation) -> dict:
@@ -70,4 +91,4 @@ def _rounded(tensor, digits: int) -> list:
     return walk(tensor.float().tolist())
 
 
-__all__ = ["explorer_html"]
+__all__ = ["explorer_data", "explorer_html", "explorer_parts", "with_explorer"]

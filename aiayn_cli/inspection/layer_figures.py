@@ -85,8 +85,10 @@ def accuracy_figure(report: LayerReport, path: Path) -> Path:
 
 def sentence_figure(sentence: LayerPredictions, path: Path) -> Path:
     """Rows: decoder layers; columns: positions; each cell the layer's top token, shaded by its
-    probability, bold green where it is the reference token."""
+    probability, framed in green where it is the reference token."""
     plt = pyplot()
+    from matplotlib.patches import Rectangle
+
     n, t = len(sentence.choices), len(sentence.targets)
     probabilities = np.array(sentence.probabilities)
     fig, ax = plt.subplots(figsize=(max(6, 1.05 * t + 2), 1.2 + 0.75 * n))
@@ -95,13 +97,14 @@ def sentence_figure(sentence: LayerPredictions, path: Path) -> Path:
         for j in range(t):
             token, right = sentence.choices[i][j], sentence.choices[i][j] == sentence.targets[j]
             ax.text(j, i, f"{token}\n{probabilities[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                    color="#0b5d1e" if right else ("white" if probabilities[i, j] > 0.6 else "black"),
-                    fontweight="bold" if right else "normal")  # fmt: skip
+                    color="white" if probabilities[i, j] > 0.6 else "black", fontweight="bold" if right else "normal")  # fmt: skip
+            if right:
+                ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, edgecolor="#2e7d32", linewidth=2.5))
     ax.set_yticks(range(n), [f"layer {i + 1}" for i in range(n)])
     ax.set_xticks(range(t), [f"{a}\n→ {b}" for a, b in zip(sentence.inputs, sentence.targets)], fontsize=8)
     ax.set_xlabel("position: the token it reads → the reference token it should predict")
     ax.set_title(
-        f"Each layer's top choice for '{_short(sentence.source)}' (shade: its probability; green: the reference)"
+        f"Each layer's top choice for '{_short(sentence.source)}' (shade: its probability; framed: the reference token)"
     )
     return save_figure(fig, path)
 
