@@ -27,7 +27,9 @@ PARTS = {"css": "/*AIAYN_EXPLORER_CSS*/", "view": "<!--AIAYN_EXPLORER_VIEW-->", 
 def explorer_parts() -> dict[str, str]:
     """The explorer's style, elements and script: {"css", "view", "js"}, for a page to inline."""
     files = {"css": "explorer.css", "view": "explorer_view.html", "js": "explorer.js"}
-    return {part: resources.files(__package__).joinpath(name).read_text(encoding="utf-8") for part, name in files.items()}
+    return {
+        part: resources.files(__package__).joinpath(name).read_text(encoding="utf-8") for part, name in files.items()
+    }
 
 
 def with_explorer(page: str) -> str:

@@ -99,7 +99,9 @@ def sentence_figure(sentence: LayerPredictions, path: Path) -> Path:
             ax.text(j, i, f"{token}\n{probabilities[i, j]:.2f}", ha="center", va="center", fontsize=8,
                     color="white" if probabilities[i, j] > 0.6 else "black", fontweight="bold" if right else "normal")  # fmt: skip
             if right:
-                ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, edgecolor="#2e7d32", linewidth=2.5))
+                ax.add_patch(
+                    Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, edgecolor="#2e7d32", linewidth=2.5)
+                )
     ax.set_yticks(range(n), [f"layer {i + 1}" for i in range(n)])
     ax.set_xticks(range(t), [f"{a}\n→ {b}" for a, b in zip(sentence.inputs, sentence.targets)], fontsize=8)
     ax.set_xlabel("position: the token it reads → the reference token it should predict")

@@ -7,6 +7,9 @@
     app = create_app(Translator.from_pretrained("runs/base"), Limits(max_sentences=64))
     # uvicorn.run(app, host="127.0.0.1", port=8000), or `aiayn serve --model runs/base`
 
+`POST /v1/attention` answers one sentence's attention as the explorer draws it (`serving/attention.py`),
+and the page at `/` has the explorer's "look inside" view of it.
+
 `POST /v1/translate` takes the options of `aiayn translate` (same names without dashes, same
 defaults: the model's generation_config) and answers what `aiayn translate` prints for the same
 sentences. Every error is one JSON object `{"error": "one line"}` with its status: 400 for a body
@@ -31,6 +34,8 @@ from starlette.exceptions import HTTPException
 
 from ..decoding.translator import Translator
 from ..errors import AiaynError
+from ..inspection.explorer import with_explorer
+from .attention import install_attention
 from .batcher import DynamicBatcher
 from .limits import Limits
 
@@ -126,7 +131,7 @@ def create_app(translator: Translator, limits: Limits | None = None, info: dict 
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     install_error_handlers(app)
-    page = importlib.resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+    page = with_explorer(importlib.resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8"))
 
     @app.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS)
     async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
@@ -153,6 +158,8 @@ def create_app(translator: Translator, limits: Limits | None = None, info: dict 
     async def model() -> dict:
         """The model's languages and sizes, the decoding defaults and the server's limits."""
         return model_info(translator, limits, info or {})
+
+    install_attention(app, translator, limits, ERRORS)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:

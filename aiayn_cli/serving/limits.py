@@ -17,6 +17,8 @@ class Limits:
         max_chars: characters per sentence (422 above).
         token_budget: source tokens of the waiting requests gathered into one round of decoding.
         max_tokens, batch_size: batches within a round, as `aiayn translate --max-tokens --batch-size`.
+        attention_max_tokens: tokens of the sentence (and of its reference) of `/v1/attention` (422 above):
+            its answer holds every head's weights, which grow with the square of the length.
     """
 
     max_body_bytes: int = 1_000_000
@@ -25,3 +27,4 @@ class Limits:
     token_budget: int = 4 * MAX_TOKENS
     max_tokens: int = MAX_TOKENS
     batch_size: int = BATCH_SIZE
+    attention_max_tokens: int = 128

@@ -1,0 +1,109 @@
+"""`POST /v1/attention` of `aiayn serve`: one sentence's attention, as the explorer draws it.
+
+The answer is what the offline explorer (`aiayn attention -f html`) embeds for a sentence
+(`inspection.explorer.explorer_data`: the tokens, each target token's log-probability, every head's
+weights of the three kinds, and eq. (1)'s raw scores), for the model's own translation of `text` or for
+a `reference` (teacher forcing). The page at `/` draws it with the explorer's own code ("look inside").
+
+Limits and errors are those of `/v1/translate` (413 for a body over the size limit, 400 for a body
+that is not JSON, 422 with one line for the rest), plus a token limit per side
+(`Limits.attention_max_tokens`): the answer grows with the square of the sentence's length.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import AiaynError
+from .limits import Limits
+
+Finite = dict(allow_inf_nan=False)
+
+
+class AttentionRequest(BaseModel):
+    """One sentence; the decoding options of `/v1/translate` for its translation (the model's by default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="One source sentence.")
+    reference: str | None = Field(
+        None, description="A reference translation: explained by teacher forcing instead of the model's translation."
+    )
+    beam: Annotated[int | None, Field(ge=1, le=32, description="Beam size; 1 is greedy search.")] = None
+    length_penalty: Annotated[float | None, Field(ge=-10, le=10, **Finite, description="alpha.")] = None
+    length_penalty_style: Literal["gnmt", "hf"] | None = None
+    max_len_a: Annotated[float | None, Field(ge=0, le=10, **Finite)] = None
+    max_len_b: Annotated[int | None, Field(ge=0, le=1024)] = None
+
+
+class AttentionSentence(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    source: str
+    target: str = Field(description="The translation (or the reference) whose attention is shown.")
+    source_tokens: list[str]
+    target_tokens: list[str]
+    kinds: dict = Field(description="encoder, decoder, cross: attention[layer][head][query][key], scores, value_norms.")
+
+
+class AttentionResponse(BaseModel):
+    about: str
+    d_k: int
+    sentences: list[AttentionSentence]
+
+
+def check_attention_request(body: AttentionRequest, limits: Limits, translator) -> tuple[str, str | None]:
+    """The sentence and reference, or `AiaynError` (422) naming the field and the limit it breaks."""
+    sides = [("text", body.text)] + ([("reference", body.reference)] if body.reference is not None else [])
+    for name, text in sides:
+        if not text.strip():
+            raise AiaynError(f"{name}: empty; give a sentence")
+        if len(text) > limits.max_chars:
+            raise AiaynError(f"{name}: {len(text)} characters, more than the limit of {limits.max_chars}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise AiaynError(f"{name}: not valid Unicode (a lone surrogate escape)") from None
+        if "\n" in text.strip() or "\r" in text.strip():
+            raise AiaynError(f"{name}: one sentence, on one line")
+        tokenized = translator.tokenizer(text_target=text) if name == "reference" else translator.tokenizer(text)
+        count = len(tokenized["input_ids"])
+        if count > limits.attention_max_tokens:
+            raise AiaynError(
+                f"{name}: {count} tokens, more than the limit of {limits.attention_max_tokens} for attention"
+            )
+    return body.text.strip(), body.reference.strip() if body.reference is not None else None
+
+
+def install_attention(app: FastAPI, translator, limits: Limits, errors: dict) -> None:
+    """Add `POST /v1/attention` to `app`."""
+    from ..inspection.explorer import explorer_data
+    from ..inspection.extract import explain
+
+    @app.post("/v1/attention", response_model=AttentionResponse, responses=errors)
+    async def attention(body: AttentionRequest) -> dict:
+        """One sentence's attention (every head, the three kinds) for its translation or a reference: the explorer's data."""
+        sentence, reference = check_attention_request(body, limits, translator)
+        options = dict(
+            num_beams=body.beam,
+            length_penalty=body.length_penalty,
+            length_penalty_style=body.length_penalty_style,
+            max_len_a=body.max_len_a,
+            max_len_b=body.max_len_b,
+        )
+        try:
+            translator.decoding_options(**options)
+        except AiaynError as err:
+            from .app import request_names
+
+            raise AiaynError(request_names(err)) from None
+        references = [reference] if reference is not None else None
+        explanations = await run_in_threadpool(explain, translator, None, [sentence], references, **options)
+        return explorer_data(explanations)
+
+
+__all__ = ["AttentionRequest", "AttentionResponse", "check_attention_request", "install_attention"]
