@@ -141,6 +141,36 @@ DedupOpt = Annotated[
 ]
 
 
+# Decoding engines (`aiayn translate`, `aiayn evaluate --model`, `aiayn serve`)
+
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="torch: aiayn's decoder (every option; the paper's GNMT length penalty). ctranslate2: the model "
+        "converted once for CTranslate2 (kept in the cache folder, $AIAYN_CACHE) and decoded there; its beam "
+        "search needs --length-penalty-style hf; --dtype int8 is its int8.",
+    ),
+]
+LengthPenaltyStyleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--length-penalty-style",
+        help="gnmt: ((5 + |Y|) / 6)^alpha, the paper's; hf: |Y|^alpha, as generate() and CTranslate2 "
+        "(default: the model's generation_config).",
+        show_default=False,
+    ),
+]
+
+
+def check_engine(engine: str) -> None:
+    """Before anything loads: `engine` is one of `ENGINES`."""
+    from ..decoding.defaults import ENGINES
+
+    if engine not in ENGINES:
+        raise AiaynError(f"{engine}: choose one of {', '.join(ENGINES)}", key="engine")
+
+
 def data_spec(
     dataset: str | None = None,
     dataset_config: str | None = None,
@@ -189,6 +219,8 @@ __all__ = [
     "DatasetConfigOpt",
     "DatasetOpt",
     "DedupOpt",
+    "EngineOpt",
+    "LengthPenaltyStyleOpt",
     "MaxLengthOpt",
     "MaxRatioOpt",
     "PrefixOpt",
@@ -199,6 +231,7 @@ __all__ = [
     "TargetColumnOpt",
     "TargetFileOpt",
     "TargetLangOpt",
+    "check_engine",
     "data_spec",
 ]
 

@@ -157,11 +157,14 @@ class Translator:
     """A model and its tokenizer on one device, ready to translate.
 
     The decoder's projections are prepared from the weights once, here: make a new `Translator`
-    after changing the weights (validation during training does).
+    after changing the weights (validation during training does). This is the `torch` engine, aiayn's
+    own decoder; `aiayn_cli.decoding.engines` has the others (`from_pretrained(..., engine=...)`).
 
     `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
     `(N, h)` each; None by default) remove heads from every translation: `aiayn heads` sets it.
     """
+
+    engine = "torch"
 
     def __init__(
         self,
@@ -175,6 +178,15 @@ class Translator:
                 f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
             )
         check_tokenizer(model, tokenizer)
+        self.model, self.tokenizer = model, tokenizer
+        # Decoding options that replace the generation_config's for every call (a server's defaults).
+        self.defaults: dict = {}
+        self.head_masks: dict[str, torch.Tensor] | None = None
+        self._set_limits()
+        self._prepare(device, dtype)
+
+    def _prepare(self, device: str | torch.device | None, dtype: str | torch.dtype | None) -> None:
+        """The model on its device, in its dtype, with the fast path's projections prepared once."""
         self.device = device if isinstance(device, torch.device) else pick_device(device)
         if dtype == INT8 and self.device.type != "cpu":
             raise AiaynError(
@@ -182,8 +194,18 @@ class Translator:
                 key="dtype",
                 mentions=("device",),
             )
-        self.model = model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
-        self.tokenizer = tokenizer
+        self.model = self.model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
+        self.precision = INT8 if dtype == INT8 else str(self.model.dtype).removeprefix("torch.")
+        try:
+            self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
+        except RuntimeError as err:
+            if dtype != INT8:
+                raise
+            raise AiaynError(f"int8: {err}", key="dtype") from None
+
+    def _set_limits(self) -> None:
+        """The longest source the model reads, the longest line tokenized whole, the special ids."""
+        model, tokenizer = self.model, self.tokenizer
         config = model.config
         limit = config.max_position_embeddings
         tokenizer_limit = getattr(tokenizer, "model_max_length", None)
@@ -196,34 +218,38 @@ class Translator:
         longest = max((len(token) for token in tokenizer.get_vocab()), default=1)
         self.max_source_chars = max(limit * (longest + 1), 100_000)  # shorter lines: their exact token count
         self.pad_id, self.eos_id = config.pad_token_id, tokenizer.eos_token_id
-        self.head_masks: dict[str, torch.Tensor] | None = None
-        try:  # the fast path's projections, prepared once
-            self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
-        except RuntimeError as err:
-            if dtype != INT8:
-                raise
-            raise AiaynError(f"int8: {err}", key="dtype") from None
 
     @classmethod
     def from_pretrained(
-        cls, path_or_hub_id: str, device: str | None = None, dtype: str | None = None, revision: str | None = None
+        cls,
+        path_or_hub_id: str,
+        device: str | None = None,
+        dtype: str | None = None,
+        revision: str | None = None,
+        engine: str = "torch",
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
-        `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`)."""
+        `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`),
+        to decode with `engine`: torch (this class) or ctranslate2 (`engines.CTranslate2Translator`)."""
+        from .engines import engine_class
+
+        translator_class = engine_class(engine)  # a wrong name is refused before the model loads
         _check_local(path_or_hub_id)
         model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
-        return cls(model, tokenizer, device=device, dtype=dtype)
+        return translator_class(model, tokenizer, device=device, dtype=dtype)
 
     # -----------------------------------------------------------------------------------------
     # Options and inputs
     # -----------------------------------------------------------------------------------------
 
     def decoding_options(self, **overrides) -> DecodingOptions:
-        """The model's generation_config, overridden by the options given (None keeps the saved value)."""
-        unknown = set(overrides) - DECODING_OPTIONS
+        """The model's generation_config, overridden by `defaults`, then by the options given (None keeps
+        the value below it)."""
+        unknown = (set(overrides) | set(self.defaults)) - DECODING_OPTIONS
         if unknown:
             raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
-        options = DecodingOptions.from_generation_config(self.model.generation_config, **overrides)
+        given = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        options = DecodingOptions.from_generation_config(self.model.generation_config, **given)
         options.validate()
         return options
 

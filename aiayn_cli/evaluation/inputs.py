@@ -82,9 +82,12 @@ def inputs_from_split(
     output: str | Path | None = None,
     progress: bool = True,
     length_penalty_grid: Sequence[float] | None = None,
+    engine: str = "torch",
+    decoding: dict | None = None,
 ) -> ScoringInputs:
     """References from a data split (`DataSpec`); hypotheses from a file, or translated from the
-    split's sources by `model` (the paper's beam search), written to `output` if given.
+    split's sources by `model` (the paper's beam search; `engine` decodes, `decoding` replaces the
+    model's generation_config options it names), written to `output` if given.
 
     `length_penalty_grid`: with `model`, choose alpha on this split as the paper did on its
     development set (`choose_length_penalty`: one beam search re-ranked per alpha); the hypotheses are
@@ -110,7 +113,8 @@ def inputs_from_split(
     if model is not None:
         from ..decoding.translator import Translator
 
-        translator = Translator.from_pretrained(model)
+        translator = Translator.from_pretrained(model, engine=engine)
+        translator.defaults = {k: v for k, v in (decoding or {}).items() if v is not None}
         if length_penalty_grid is not None:
             from .length_penalty import choose_length_penalty
 
@@ -128,6 +132,8 @@ def inputs_from_split(
         else:
             hyps = translator.translate(list(data["source"]), progress=progress, source=split)
         description["model"] = model
+        if engine != "torch":
+            description["engine"] = engine
         if output is not None:
             with atomic_open(output) as out:
                 out.writelines(line + "\n" for line in hyps)

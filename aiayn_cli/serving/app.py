@@ -16,6 +16,9 @@ sentences. Every error is one JSON object `{"error": "one line"}` with its statu
 that is not JSON or not UTF-8, 413 for a body over the size limit, 422 for a request that breaks
 the schema or a limit (sentences per request, characters per sentence) or asks for what this
 version cannot do (word alignments).
+
+LibreTranslate's API is answered too (`libretranslate.py`: `POST /translate`, `GET /languages`),
+through the same checks and the same batcher, with LibreTranslate's statuses.
 """
 
 from __future__ import annotations
@@ -136,16 +139,7 @@ def create_app(translator: Translator, limits: Limits | None = None, info: dict 
     @app.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS)
     async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
         """Translate one sentence or a list: what `aiayn translate` prints for the same sentences and options."""
-        sentences = check_sentences(body, limits)
-        options = decoding_overrides(body)
-        on_long = options.pop("on_long")
-        try:
-            translator.decoding_options(**options)
-            ids = translator.encode(sentences, on_long=on_long, source="text item", first_line=0)
-        except AiaynError as err:  # 422, in the request's own names
-            raise AiaynError(request_names(err)) from None
-        tokens = sum(len(x) for x in ids if x is not None)
-        results = await request.app.state.batcher.translate(sentences, tokens, {**options, "on_long": on_long})
+        results = await translate_request(body, request, translator, limits)
         return TranslateResponse(translations=[as_translation(hyps) for hyps in results])
 
     @app.get("/v1/health")
@@ -165,23 +159,45 @@ def create_app(translator: Translator, limits: Limits | None = None, info: dict 
     async def index() -> HTMLResponse:
         return HTMLResponse(page)
 
+    from .libretranslate import add_libretranslate_routes  # it reads this module's request checks
+
+    add_libretranslate_routes(app, translator, limits, info or {})
     return app
 
 
-def check_sentences(body: TranslateRequest, limits: Limits) -> list[str]:
-    """The request's sentences, or `AiaynError` (422) naming the limit it breaks."""
+async def translate_request(
+    body: TranslateRequest, request: Request, translator: Translator, limits: Limits, field: str = "text"
+) -> list[list[tuple[str, float]]]:
+    """Each sentence's hypotheses for a checked request, decoded by the app's batcher; `AiaynError`
+    (in the request's names: `field` holds the sentences) for a request that breaks a limit or asks
+    for what cannot be decoded."""
+    sentences = check_sentences(body, limits, field)
+    options = decoding_overrides(body)
+    on_long = options.pop("on_long")
+    try:
+        translator.decoding_options(**options)
+        ids = translator.encode(sentences, on_long=on_long, source=f"{field} item", first_line=0)
+    except AiaynError as err:  # in the request's own names
+        raise AiaynError(request_names(err, field)) from None
+    tokens = sum(len(x) for x in ids if x is not None)
+    return await request.app.state.batcher.translate(sentences, tokens, {**options, "on_long": on_long})
+
+
+def check_sentences(body: TranslateRequest, limits: Limits, field: str = "text") -> list[str]:
+    """The request's sentences, or `AiaynError` (422) naming the limit it breaks (`field`: the request's
+    name for the sentences)."""
     if body.alignment:
         raise AiaynError("alignment: word alignments are not available in this version")
     sentences = [body.text] if isinstance(body.text, str) else list(body.text)
     if len(sentences) > limits.max_sentences:
-        raise AiaynError(f"text: {len(sentences)} sentences, more than the limit of {limits.max_sentences}")
+        raise AiaynError(f"{field}: {len(sentences)} sentences, more than the limit of {limits.max_sentences}")
     for i, sentence in enumerate(sentences):
         if len(sentence) > limits.max_chars:
-            raise AiaynError(f"text item {i}: {len(sentence)} characters, more than the limit of {limits.max_chars}")
+            raise AiaynError(f"{field} item {i}: {len(sentence)} characters, more than the limit of {limits.max_chars}")
         try:
             sentence.encode("utf-8")
         except UnicodeEncodeError:
-            raise AiaynError(f"text item {i}: not valid Unicode (a lone surrogate escape)") from None
+            raise AiaynError(f"{field} item {i}: not valid Unicode (a lone surrogate escape)") from None
     return sentences
 
 
@@ -189,9 +205,9 @@ def check_sentences(body: TranslateRequest, limits: Limits) -> list[str]:
 REQUEST_FIELDS = {"num_beams": "beam", "do_sample": "sample"}
 
 
-def request_names(err: AiaynError) -> str:
+def request_names(err: AiaynError, field: str = "text") -> str:
     """A library error in the names of the request's fields."""
-    return err.render(lambda key: REQUEST_FIELDS.get(key, key)).replace("text item line ", "text item ")
+    return err.render(lambda key: REQUEST_FIELDS.get(key, key)).replace(f"{field} item line ", f"{field} item ")
 
 
 def as_translation(hyps: list[tuple[str, float]]) -> Translation:
@@ -218,7 +234,8 @@ def model_info(translator: Translator, limits: Limits, info: dict) -> dict:
         },
         "decoding": {k: v for k, v in decoding.items() if k != "seed"},
         "device": str(translator.device),
-        "dtype": str(translator.model.dtype).removeprefix("torch."),
+        "engine": translator.engine,
+        "dtype": translator.precision,
         "limits": asdict(limits),
     }
 

@@ -45,11 +45,26 @@ def export_ctranslate2(model_dir: str | Path, output_dir: str | Path, quantizati
     if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise AiaynError(f"-o {output_dir}: exists and is not an empty folder; choose another or remove it")
     model, tokenizer = load(str(model_dir))
+    return save_ctranslate2(model, tokenizer, output_dir, quantization)
+
+
+def save_ctranslate2(
+    model: AiaynForConditionalGeneration,
+    tokenizer,
+    output_dir: str | Path,
+    quantization: str = "float32",
+    keep_existing: bool = False,
+) -> Path:
+    """Write a loaded model (float32, checked as `load` checks it) as a CTranslate2 model folder: the
+    weights, the tokenizer, the generation_config and a README, all or nothing (`staging_dir`).
+    `keep_existing`: where `output_dir` appeared meanwhile (another process converted the same
+    model), keep it."""
     spec = transformer_spec_of(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
 
-    with staging_dir(output_dir) as staging:
+    output_dir = Path(output_dir)
+    with staging_dir(output_dir, keep_existing=keep_existing) as staging:
         spec.save(str(staging))
         tokenizer.save_pretrained(staging)
         model.generation_config.save_pretrained(staging)

@@ -23,8 +23,13 @@ def serve(
     threads: int | None = None,
     limits: Limits | None = None,
     log_level: str = "info",
+    engine: str = "torch",
+    decoding: dict | None = None,
+    languages: dict | None = None,
 ) -> None:
-    """Load `model` (a folder or a Hub id) and serve it until SIGTERM or SIGINT."""
+    """Load `model` (a folder or a Hub id) and serve it until SIGTERM or SIGINT, decoding with `engine`;
+    `decoding`: options that replace the model's generation_config ones for requests that do not set them;
+    `languages`: `source_lang` and `target_lang` where the recipe beside the model does not say (or says otherwise)."""
     import torch
     import uvicorn
 
@@ -32,8 +37,10 @@ def serve(
 
     if threads is not None:
         torch.set_num_threads(threads)
-    translator = Translator.from_pretrained(model, device=device, dtype=dtype)
-    info = {"model": model, **languages(model)}
+    translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
+    translator.defaults = {k: v for k, v in (decoding or {}).items() if v is not None}
+    translator.decoding_options()  # the defaults can be decoded with (else one line, before listening)
+    info = {"model": model, **recipe_languages(model), **{k: v for k, v in (languages or {}).items() if v}}
     app = create_app(translator, limits, info)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False)
     server = uvicorn.Server(config)
@@ -52,7 +59,7 @@ def serve(
         )
 
 
-def languages(model: str) -> dict:
+def recipe_languages(model: str) -> dict:
     """`source_lang` and `target_lang` from the recipe saved beside a local model folder, where it has them."""
     from ..hub.publish import RECIPE_NAMES, find_beside, languages_from_recipe
 

@@ -93,6 +93,8 @@ def evaluate(
             help="With --length-penalty-grid: write the chosen alpha into the model folder's generation_config.json.",
         ),
     ] = False,
+    engine: options.EngineOpt = "torch",
+    length_penalty_style: options.LengthPenaltyStyleOpt = None,
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
     data_dir: options.DataDirOpt = None,
@@ -130,6 +132,10 @@ def evaluate(
                              key="save_length_penalty", mentions=("length_penalty_grid",))  # fmt: skip
         if model is not None and not Path(model).is_dir():
             raise AiaynError(f"writes into a local model folder; {model} is not one", key="save_length_penalty")
+    options.check_engine(engine)
+    if model is None and (engine != "torch" or length_penalty_style is not None):
+        raise AiaynError("decodes with {model}; without it nothing is decoded",
+                         key="engine" if engine != "torch" else "length_penalty_style", mentions=("model",))  # fmt: skip
     data_given = any(v is not None for v in (dataset, data_dir, prefix, source_file, target_file, data_file))
     if data_given:
         if references:
@@ -150,7 +156,14 @@ def evaluate(
             typer.echo(f"warning: choosing alpha on the {split} split makes its score optimistic; "
                        "choose on the validation split, then score the test split", err=True)  # fmt: skip
         inputs = inputs_from_split(
-            spec, split, hypotheses=hypotheses, model=model, output=output, length_penalty_grid=grid
+            spec,
+            split,
+            hypotheses=hypotheses,
+            model=model,
+            output=output,
+            length_penalty_grid=grid,
+            engine=engine,
+            decoding={"length_penalty_style": length_penalty_style},
         )
         if inputs.cleaning_report:
             typer.echo(inputs.cleaning_report, err=True)

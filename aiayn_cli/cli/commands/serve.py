@@ -8,6 +8,7 @@ import typer
 
 from ...errors import AiaynError
 from ...serving.limits import Limits
+from .. import options
 
 LIMITS = "Limits and batching"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
@@ -43,6 +44,29 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    engine: options.EngineOpt = "torch",
+    source_lang: Annotated[
+        str | None,
+        typer.Option(
+            "--source-lang",
+            "-s",
+            help="The language the model reads, for LibreTranslate's API (default: the recipe saved beside the model).",
+            show_default=False,
+        ),
+    ] = None,
+    target_lang: Annotated[
+        str | None,
+        typer.Option("--target-lang", "-t", help="The language it writes (as --source-lang).", show_default=False),
+    ] = None,
+    length_penalty_style: Annotated[
+        str | None,
+        typer.Option(
+            "--length-penalty-style",
+            help="The length penalty of requests that do not choose one: gnmt ((5 + |Y|) / 6)^alpha, the paper's; "
+            "hf |Y|^alpha, as CTranslate2 (default: the model's generation_config).",
+            show_default=False,
+        ),
+    ] = None,
     max_body_bytes: Annotated[
         int, typer.Option("--max-body-bytes", min=1, rich_help_panel=LIMITS, help="Largest request body (413 above).")
     ] = Limits.max_body_bytes,
@@ -73,11 +97,13 @@ def serve(
         str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug, trace.")
     ] = "info",
 ) -> None:
-    """Serve a model over HTTP: POST /v1/translate, GET /v1/health, GET /v1/model, docs at /docs, a page at /."""
+    """Serve a model over HTTP: POST /v1/translate, GET /v1/health, GET /v1/model, docs at /docs, a page at /;
+    and LibreTranslate's API (POST /translate, GET /languages) for the clients that speak it."""
     from ...serving.server import serve as run_server
 
     if log_level.lower() not in LOG_LEVELS:
         raise AiaynError(f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
+    options.check_engine(engine)
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_sentences=max_sentences,
@@ -87,5 +113,15 @@ def serve(
         batch_size=batch_size,
     )
     run_server(
-        model, host, port, device=device, dtype=dtype, threads=threads, limits=limits, log_level=log_level.lower()
+        model,
+        host,
+        port,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        limits=limits,
+        log_level=log_level.lower(),
+        engine=engine,
+        decoding={"length_penalty_style": length_penalty_style},
+        languages={"source_lang": source_lang, "target_lang": target_lang},
     )

@@ -14,6 +14,7 @@ import typer
 from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
 from ...errors import AiaynError
 from ...files import atomic_open, check_output_file
+from .. import options as shared
 
 DECODING = "Decoding (default: the model's generation_config)"
 BATCHING = "Batching and device"
@@ -189,6 +190,7 @@ def translate(
             show_default=False,
         ),
     ] = None,
+    engine: shared.EngineOpt = "torch",
     progress: Annotated[
         bool | None,
         typer.Option(
@@ -203,6 +205,7 @@ def translate(
     _warnings_to_stderr()
     if on_long not in ON_LONG:
         raise AiaynError(f"{on_long}: choose one of {', '.join(ON_LONG)}", key="on_long")
+    shared.check_engine(engine)
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
     import torch
@@ -210,9 +213,12 @@ def translate(
     from ...decoding.translator import Translator, decode_lines
 
     check_paths(input, output)
+    if alignment and engine != "torch":
+        raise AiaynError("reads aiayn's own attention: use it with {engine} torch", key="alignment",
+                         mentions=("engine",))  # fmt: skip
     if threads is not None:
         torch.set_num_threads(threads)
-    translator = Translator.from_pretrained(model, device=device, dtype=dtype)
+    translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
     options = dict(
         num_beams=1 if do_sample else num_beams,
         nbest=nbest,

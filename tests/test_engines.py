@@ -1,0 +1,162 @@
+"""`--engine ctranslate2`: the model converted once (cached by its weights' hash) and decoded by
+CTranslate2 gives aiayn's translations where CTranslate2 has the option, and refuses in one line
+where it has not. Precision: fp32 (CTranslate2's float32) unless a test says int8."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("ctranslate2")
+
+from conftest import cli_here  # noqa: E402
+from test_export import saved_model, sentences  # noqa: E402
+
+from aiayn_cli.decoding.engines import CTranslate2Translator, model_key  # noqa: E402
+from aiayn_cli.decoding.translator import Translator  # noqa: E402
+from aiayn_cli.errors import AiaynError  # noqa: E402
+
+HF = {"length_penalty_style": "hf"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return saved_model(tmp_path_factory.mktemp("engines") / "model")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def engines(model_dir, cache):
+    torch_engine = Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")
+    from aiayn_cli.decoding.translator import load_pretrained
+
+    model, tokenizer = load_pretrained(str(model_dir))
+    ct2 = CTranslate2Translator(model, tokenizer, device="cpu", dtype="fp32", cache=cache)
+    return torch_engine, ct2
+
+
+def texts(results):
+    return [[text for text, _ in hyps] for hyps in results]
+
+
+def test_greedy_gives_the_same_translations_and_scores_under_either_penalty(engines):
+    ours, theirs = engines
+    inputs = sentences(40)
+    for style in ("hf", "gnmt"):  # greedy search does not depend on the penalty: the score is computed
+        want = ours.hypotheses(inputs, num_beams=1, length_penalty_style=style)
+        got = theirs.hypotheses(inputs, num_beams=1, length_penalty_style=style)
+        assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
+        # The scores too, where the translation ends before its length limit (there aiayn forces </s>).
+        ended = [i for i, hyps in enumerate(want) if len(hyps[0].tokens) < len(inputs[i].split()) + 1 + 50]
+        assert len(ended) >= 20
+        assert [got[i][0].score for i in ended] == pytest.approx([want[i][0].score for i in ended], abs=1e-4)
+
+
+def test_beam_search_with_hf_penalty_gives_the_torch_engines_translations(engines):
+    ours, theirs = engines
+    inputs = sentences(60, seed=3)
+    want = ours.hypotheses(inputs, nbest=4, **HF)
+    got = theirs.hypotheses(inputs, nbest=4, **HF)
+    # Where aiayn's best translation ends before its length limit (there CTranslate2 returns an
+    # unfinished hypothesis instead of forcing </s>), the same best translation and score.
+    limit = [len(s.split()) + 1 + 50 for s in inputs]
+    ended = [i for i, hyps in enumerate(want) if len(hyps[0].tokens) < limit[i]]
+    assert len(ended) >= 40
+    same = [i for i in ended if got[i][0].tokens == want[i][0].tokens]
+    assert len(same) >= 0.9 * len(ended)
+    assert [got[i][0].score for i in same] == pytest.approx([want[i][0].score for i in same], abs=1e-4)
+    # The lower ranks differ more (CTranslate2 does not keep an empty hypothesis finished at the first
+    # step, nor force </s> at the limit); where the 4 are the same, so are their scores and log p.
+    lists = [i for i in ended if [h.tokens for h in got[i]] == [h.tokens for h in want[i]]]
+    assert len(lists) >= 0.5 * len(ended)
+    lists = [i for i in lists if all(len(h.tokens) < limit[i] for h in want[i])]
+    for i in lists:
+        assert [h.score for h in got[i]] == pytest.approx([h.score for h in want[i]], abs=1e-4)
+        assert [h.log_prob for h in got[i]] == pytest.approx([h.log_prob for h in want[i]], abs=1e-3)
+
+
+def test_the_gnmt_penalty_in_beam_search_is_refused_in_one_line(engines):
+    _, theirs = engines
+    with pytest.raises(
+        AiaynError, match=r"^length_penalty_style gnmt: CTranslate2's beam search ranks by \|Y\|\^alpha"
+    ):
+        theirs.translate(["w1 w2"])  # the model's generation_config: beam 4, gnmt 0.6
+    assert theirs.translate(["w1 w2"], length_penalty=0.0) == theirs.translate(["w1 w2"], length_penalty=0.0, **HF)
+
+
+def test_a_second_load_does_not_convert_and_other_weights_do(model_dir, cache, engines, tmp_path):
+    from aiayn_cli.decoding.translator import load_pretrained
+
+    _, first = engines
+    model, tokenizer = load_pretrained(str(model_dir))
+    again = CTranslate2Translator(model, tokenizer, device="cpu", dtype="int8", cache=cache)
+    assert first.converted and not again.converted and again.folder == first.folder
+    assert again.precision == "int8" and again.translate(["w3 w4"], **HF)[0] is not None
+    assert [p.device.type for p in again.model.parameters()] == ["meta"] * len(list(again.model.parameters()))
+    model, tokenizer = load_pretrained(str(model_dir))
+    key = model_key(model, tokenizer)
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] += 1.0
+    assert model_key(model, tokenizer) != key
+
+
+def test_sampling_with_a_seed_repeats(engines):
+    _, theirs = engines
+    options = dict(do_sample=True, num_beams=1, nbest=3, top_k=5, seed=7)
+    first = theirs.translate_nbest(sentences(3), **options)
+    assert first == theirs.translate_nbest(sentences(3), **options)
+    assert all(len(hyps) == 3 for hyps in first)
+
+
+def test_translate_engine_ctranslate2_prints_the_torch_engines_translations(model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    inputs = sentences(20, seed=5)
+    common = ("translate", "-m", model_dir, "--dtype", "fp32", "--beam", "1", "--nbest", "1", *inputs)
+    code, torch_out, err = cli_here(monkeypatch, capsys, *common)
+    assert code == 0, err
+    for _ in range(2):  # converted once, then read from the cache
+        code, ct2_out, err = cli_here(monkeypatch, capsys, *common, "--engine", "ctranslate2")
+        assert code == 0, err
+        assert ct2_out == torch_out and len(ct2_out.splitlines()) == 20
+    assert len(list((tmp_path / "cache" / "ctranslate2").iterdir())) == 1
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (("--engine", "onnx"), "error: --engine onnx: choose one of torch, ctranslate2"),
+        (
+            ("--engine", "ctranslate2"),
+            "error: --length-penalty-style gnmt: CTranslate2's beam search ranks by |Y|^alpha, not by the "
+            "paper's GNMT penalty; use --length-penalty-style hf (or --engine torch)",
+        ),
+        (
+            ("--engine", "ctranslate2", "--dtype", "bf16", "--length-penalty-style", "hf"),
+            "error: --dtype bf16: CTranslate2 has no bfloat16 on cpu here; choose one of auto, fp32, int8",
+        ),
+        (
+            ("--engine", "ctranslate2", "--alignment"),
+            "error: --alignment reads aiayn's own attention: use it with --engine torch",
+        ),
+        (
+            ("--engine", "ctranslate2", "--device", "mps"),
+            "error: --device mps: CTranslate2 runs on cpu, cuda or cuda:N",
+        ),
+    ],
+)
+def test_what_the_engine_cannot_do_is_one_line(model_dir, tmp_path, monkeypatch, capsys, args, line):
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, *args, "w1 w2")
+    assert (code, out, err.strip()) == (2, "", line)
+
+
+def test_evaluate_engine_needs_a_model(monkeypatch, capsys, tmp_path):
+    (tmp_path / "h").write_text("a\n")
+    code, _, err = cli_here(
+        monkeypatch, capsys, "evaluate", "-i", tmp_path / "h", "-r", tmp_path / "h", "--engine", "ctranslate2"
+    )
+    assert code == 2 and err.strip() == "error: --engine decodes with --model; without it nothing is decoded"
