@@ -48,12 +48,27 @@ How the comparison is made fair:
 
 CTranslate2 (`pip install ctranslate2`) converts the saved `MarianMTModel` with
 `TransformersConverter` (float32, no quantization); it is skipped with a message where it is absent.
+
+aiayn's CTranslate2 engine (`aiayn translate --engine ctranslate2`) is measured against CTranslate2
+called directly on the same converted model (`aiayn_ct2` and `ct2_direct`, `_int8` with `--dtype
+int8`): the aiayn model saved with a word-level tokenizer, loaded by `Translator.from_pretrained(...,
+engine="ctranslate2")` (which converts it into a cache folder of the run), and decoded from token ids
+as `Translator` decodes a batch, with `length_penalty_style hf`, at most T - 1 tokens before `</s>`
+and at least T - 1 (so T decoder steps); the direct calls pass the same limits to `translate_batch`,
+with every thread on each operation (`ct2_direct`) and, from 2 sentences a thread on, one replica of
+one thread per part (`ct2_direct_inter`). `aiayn_ct2/ct2_direct` is the engine's cost (> 0.9: within
+10%); `--no-engine` leaves them out.
+
+The rows also go to a results file (`benchmarks/results.py`: the command, commit, CPU model and flags,
+versions, threads, load average before and after, date), `benchmarks/results/bench_decode.<machine>.json`
+unless `--results FILE` says where.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -72,6 +87,7 @@ from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
 from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
 from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
 from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
+from benchmarks import results as results_file  # noqa: E402
 
 DEFAULT_VOCAB = {"small": 10000, "base": 37000}
 
@@ -235,6 +251,77 @@ def _ct2_timed(name: str, sentences: list[list[str]], steps: int, beams: int, ma
     return time.perf_counter() - start, tokens
 
 
+def word_level_tokenizer(vocab: int):
+    """aiayn's special ids (<pad> 0, <s> 1, </s> 2, <unk> 3) and words t4 .. t{vocab - 1}: what the
+    CTranslate2 engine needs of a tokenizer (the engine is measured from token ids)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"t{i}": i for i in range(4, vocab)}}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def engine_options(steps: int, beams: int) -> DecodingOptions:
+    """The engine's work: beam search with |Y|^alpha, exactly T decoder steps (T - 1 tokens and </s>,
+    or T tokens cut at the limit)."""
+    return DecodingOptions(
+        num_beams=beams,
+        length_penalty=0.6,
+        length_penalty_style="hf",
+        max_len_a=0,
+        max_len_b=steps - 1,
+        min_len=steps - 1,
+    )
+
+
+def _engine_load(name: str, folder: str, cache: str, dtype: str, threads: int) -> None:
+    """aiayn's CTranslate2 engine on the saved model, and CTranslate2 itself on the folder the engine
+    converted it into (`ct2_direct`, and with `_inter` one replica per thread)."""
+    from aiayn_cli.decoding.translator import Translator
+
+    os.environ["AIAYN_CACHE"] = cache
+    torch.set_num_threads(threads)
+    engine = Translator.from_pretrained(folder, device="cpu", dtype=dtype, engine="ctranslate2")
+    _TRANSLATORS[name] = engine
+    direct = name.replace("aiayn_ct2", "ct2_direct")
+    compute_type = engine.compute_type
+    _TRANSLATORS[direct] = ctranslate2_translator(str(engine.folder), compute_type, threads)
+    if threads > 1:
+        _TRANSLATORS[direct + "_inter"] = ctranslate2_translator(str(engine.folder), compute_type, threads, inter=True)
+
+
+def _engine_timed(name: str, sources: list[list[int]], steps: int, beams: int) -> tuple[float, int]:
+    engine = _TRANSLATORS[name]
+    options = engine_options(steps, beams)
+    start = time.perf_counter()
+    hyps = engine._decode(sources, options)  # a batch, as `Translator.hypotheses` decodes it
+    seconds = time.perf_counter() - start
+    assert {len(h[0].tokens) for h in hyps} == {steps - 1}, {len(h[0].tokens) for h in hyps}
+    return seconds, steps * len(sources)
+
+
+def _direct_timed(name: str, sentences: list[list[str]], steps: int, beams: int, part: int) -> tuple[float, int]:
+    """CTranslate2 called directly: the engine's limits written out (`max_decoding_length` counts </s>)."""
+    start = time.perf_counter()
+    results = _TRANSLATORS[name].translate_batch(
+        sentences,
+        beam_size=beams,
+        length_penalty=0.6,
+        max_batch_size=part,
+        min_decoding_length=steps - 1,
+        max_decoding_length=steps,
+        max_input_length=0,
+        return_scores=True,
+    )
+    seconds = time.perf_counter() - start
+    assert {min(len(r.hypotheses[0]), steps - 1) for r in results} == {steps - 1}
+    return seconds, steps * len(sentences)
+
+
 def timed(fn, device: str) -> tuple[float, int]:
     """(seconds, tokens) of one run; a system in another process times itself and returns both."""
     synchronize(device)
@@ -281,6 +368,11 @@ class Models:
             models["ct2"] = "not measured on GPUs" if args.device != "cpu" else "--no-ctranslate2"
             if not args.no_ctranslate2 and args.device == "cpu":
                 models["ct2"] = build_ctranslate2(folder, vocab)
+            models["engine"] = None
+            if not args.no_engine and args.device == "cpu" and importlib.util.find_spec("ctranslate2"):
+                models["engine"] = self.workdir / f"aiayn-{dims}-{vocab}"
+                aiayn.save_pretrained(models["engine"])
+                word_level_tokenizer(vocab).save_pretrained(models["engine"])
             self.built = {(dims, vocab): models}  # one dims at a time in memory
         return self.built[(dims, vocab)]
 
@@ -320,6 +412,23 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
                 pool.apply(_ct2_load, (system, ct2_folder, compute_type, threads, inter))
                 systems[system] = lambda system=system, part=part: pool.apply(
                     _ct2_timed, (system, ct2_sentences, steps, beams, part)
+                )
+    if m["engine"] is not None:
+        pool = models.ctranslate2_process()
+        sources = [s for s in make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)[2]]
+        words = [[f"t{i}" if i != 2 else "</s>" for i in s] for s in sources]
+        cache = str(models.workdir / "cache")
+        for dtype in (d for d in args.dtype if d != "bf16"):
+            name = "aiayn_ct2" if dtype == "fp32" else f"aiayn_ct2_{dtype}"
+            pool.apply(_engine_load, (name, str(m["engine"]), cache, dtype, threads))
+            systems[name] = lambda name=name: pool.apply(_engine_timed, (name, sources, steps, beams))
+            direct = name.replace("aiayn_ct2", "ct2_direct")
+            configurations = [(direct, 0)]
+            if threads > 1 and batch >= 2 * threads:
+                configurations.append((f"{direct}_inter", -(-batch // threads)))
+            for system, part in configurations:
+                systems[system] = lambda system=system, part=part: pool.apply(
+                    _direct_timed, (system, words, steps, beams, part)
                 )
     for fn in systems.values():  # warm-up
         fn()
@@ -361,6 +470,10 @@ RATIOS = [
     ("aiayn_int8", "ctranslate2_int8"),
     ("aiayn_int8", "ctranslate2_int8_inter"),
     ("ctranslate2_int8", "ctranslate2"),
+    ("aiayn_ct2", "ct2_direct"),
+    ("aiayn_ct2", "ct2_direct_inter"),
+    ("aiayn_ct2_int8", "ct2_direct_int8"),
+    ("aiayn_ct2_int8", "ct2_direct_int8_inter"),
 ]
 
 
@@ -444,9 +557,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-ctranslate2", action="store_true")
     parser.add_argument("--no-hf", action="store_true", help="do not measure Hugging Face generate()")
+    parser.add_argument(
+        "--no-engine", action="store_true", help="do not measure aiayn's CTranslate2 engine against CTranslate2 itself"
+    )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (CTranslate2 is then not measured)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    results_file.add_argument(parser, "bench_decode")
     args = parser.parse_args()
+    recorder = results_file.Recorder("bench_decode")
     if "fp32" not in args.dtype:
         args.dtype.insert(0, "fp32")  # the reference of every ratio
 
@@ -481,6 +599,9 @@ a/b = median over repetitions of b's time / a's time within the repetition (> 1:
         print(f"\nCTranslate2 not measured: {reasons.pop()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+    path = recorder.write({"rows": rows, "beams": args.beams, "new_tokens": args.new_tokens, "repeats": args.repeats},
+                          path=args.results)  # fmt: skip
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

@@ -40,9 +40,13 @@ def test_bench_decode_runs_every_system(tmp_path):
         "bench_decode.py",
         *("--dims", "tiny", "--vocab", "120", "--batch", "1", "4", "--beams", "2", "--new-tokens", "5"),
         *("--min-src", "3", "--max-src", "7", "--threads", "1", "2", "--repeats", "1", "--dtype", "fp32", "int8"),
-        *("--json", str(out)),
+        *("--json", str(out), "--results", str(tmp_path / "results.json")),
     )
     assert "get_cpu_capability()" in stdout and "bf16 native" in stdout  # the header names the CPU
+    from benchmarks import results
+
+    record = results.read(tmp_path / "results.json")  # the results file names the CPU, the load, ...
+    assert record["figures"]["rows"] == json.loads(out.read_text()) and record["load_average"]["after"]
     assert "fastest measured thread count" in stdout  # the second table, with --threads 1 2
     rows = json.loads(out.read_text())
     assert [(row["dims"], row["batch"], row["threads"]) for row in rows] == [
@@ -54,7 +58,7 @@ def test_bench_decode_runs_every_system(tmp_path):
     systems = ["aiayn", "aiayn_int8", "hf_marian"]
     ct2 = importlib.util.find_spec("ctranslate2") is not None
     if ct2:
-        systems += ["ctranslate2", "ctranslate2_int8"]
+        systems += ["ctranslate2", "ctranslate2_int8", "aiayn_ct2", "aiayn_ct2_int8", "ct2_direct", "ct2_direct_int8"]
     for row in rows:
         for name in systems:
             # (each system's run asserts that it decoded exactly --new-tokens per sentence)
@@ -62,6 +66,7 @@ def test_bench_decode_runs_every_system(tmp_path):
         assert row["aiayn/hf_marian"] > 0
         if ct2:
             assert row["aiayn/ctranslate2"] > 0 and row["aiayn_int8/ctranslate2_int8"] > 0
+            assert row["aiayn_ct2/ct2_direct"] > 0 and row["aiayn_ct2_int8/ct2_direct_int8"] > 0
             # CTranslate2 with one replica per thread, where aiayn splits the batch over threads
             split = row["batch"] >= 2 * row["threads"] and row["threads"] > 1
             assert ("aiayn/ctranslate2_inter" in row) == split and ("ctranslate2_int8_inter_tok_s" in row) == split

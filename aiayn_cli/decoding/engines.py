@@ -162,22 +162,6 @@ def compute_type(dtype: str | None, device: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Threads: one split of a batch per thread, or every thread on one operation
-# ---------------------------------------------------------------------------------------------
-
-# CTranslate2 decodes a batch either with every thread on each operation (`intra_threads`), or split
-# into parts, one per model replica of one thread (`inter_threads`, `max_batch_size` = the part).
-# `benchmarks/bench_decode.py --threads 1 2` measures both; the split wins from this many sentences
-# a thread on.
-SPLIT_MIN_SENTENCES = 2
-
-
-def replicas(threads: int) -> int:
-    """Model replicas (`inter_threads`) for a budget of `threads`: one per thread."""
-    return max(1, threads)
-
-
-# ---------------------------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------------------------
 
@@ -187,7 +171,7 @@ class CTranslate2Translator(Translator):
 
     The PyTorch weights are dropped once converted (the model stays on the meta device for its
     configuration and generation_config). Threads: PyTorch's count (`torch.set_num_threads`, as
-    `aiayn translate --threads` sets it), used as `benchmarks/bench_decode.py` measured best.
+    `aiayn translate --threads` sets it), as CTranslate2's `intra_threads`.
     """
 
     engine = "ctranslate2"
@@ -198,7 +182,7 @@ class CTranslate2Translator(Translator):
 
     def _prepare(self, device, dtype) -> None:
         try:
-            import ctranslate2
+            import ctranslate2  # noqa: F401  (the extra is installed)
         except ImportError:
             raise AiaynError(
                 "ctranslate2: needs CTranslate2: pip install 'aiayn-cli[ctranslate2]'", key="engine"
@@ -209,15 +193,21 @@ class CTranslate2Translator(Translator):
         self.model = self.model.to("meta")  # the weights live in CTranslate2 now
         self.device = torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
         self.precision = self.compute_type
+        # Every thread on each operation, one replica: `benchmarks/bench_decode.py` measures this
+        # (ct2_direct) against one single-thread replica per part of the batch (ct2_direct_inter).
         self.threads = torch.get_num_threads()
-        self.replicas = replicas(self.threads) if kind == "cpu" else 1
-        self.ctranslate2 = ctranslate2.Translator(
+        self.ctranslate2 = self._load(kind, index)
+
+    def _load(self, kind: str, index: int):
+        import ctranslate2
+
+        return ctranslate2.Translator(
             str(self.folder),
             device=kind,
             device_index=index,
             compute_type=self.compute_type,
-            intra_threads=1 if self.replicas > 1 else self.threads,
-            inter_threads=self.replicas,
+            intra_threads=self.threads,
+            inter_threads=1,
         )
 
     def decoding_options(self, **overrides) -> DecodingOptions:
@@ -236,22 +226,18 @@ class CTranslate2Translator(Translator):
         arguments = ctranslate2_options(options)
         tokens = [self.tokenizer.convert_ids_to_tokens(ids) for ids in sources]
         max_lens = max_output_lengths([len(s) for s in sources], options, output_length_cap(self.model))
+        translator = self.ctranslate2
         if options.do_sample and options.seed is not None:
+            # CTranslate2's workers seed their generators when they start: a seeded call gets its own.
             ctranslate2.set_random_seed(options.seed)
-        results = self.ctranslate2.translate_batch(
+            translator = self._load(self.device.type, self.device.index or 0)
+        results = translator.translate_batch(
             tokens,
-            max_batch_size=self.part_size(len(sources)),
             max_decoding_length=max(max_lens) + 1,  # the tokens and </s>
             min_decoding_length=options.min_len,
             **arguments,
         )
         return [self._hypotheses(result, limit, options) for result, limit in zip(results, max_lens)]
-
-    def part_size(self, sentences: int) -> int:
-        """Sentences per part where the batch is split over the replicas (0: not split)."""
-        if self.replicas == 1 or sentences < SPLIT_MIN_SENTENCES * self.replicas:
-            return 0
-        return -(-sentences // self.replicas)
 
     def _hypotheses(self, result, limit: int, options: DecodingOptions) -> list[Hypothesis]:
         """aiayn's hypotheses from CTranslate2's: ids without `</s>`, log p, and the score under the
