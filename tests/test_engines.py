@@ -160,3 +160,31 @@ def test_evaluate_engine_needs_a_model(monkeypatch, capsys, tmp_path):
         monkeypatch, capsys, "evaluate", "-i", tmp_path / "h", "-r", tmp_path / "h", "--engine", "ctranslate2"
     )
     assert code == 2 and err.strip() == "error: --engine decodes with --model; without it nothing is decoded"
+
+
+def test_serve_with_the_ctranslate2_engine(engines):
+    pytest.importorskip("fastapi")
+    from live_server import get, post, serve_in_thread
+
+    from aiayn_cli.serving.app import create_app
+
+    ours, theirs = engines
+    theirs.defaults = dict(HF)  # aiayn serve --length-penalty-style hf
+    try:
+        with serve_in_thread(create_app(theirs)) as url:
+            inputs = sentences(4, seed=9)
+            status, answer = post(f"{url}/v1/translate", {"text": inputs, "beam": 1})
+            assert status == 200
+            assert [t["text"] for t in answer["translations"]] == ours.translate(inputs, num_beams=1)
+            status, answer = post(f"{url}/v1/translate", {"text": "w1", "length_penalty_style": "gnmt"})
+            assert status == 422 and answer["error"].startswith("length_penalty_style gnmt: CTranslate2's beam")
+            model = get(f"{url}/v1/model")[1]
+            assert (model["engine"], model["dtype"], model["decoding"]["length_penalty_style"]) == (
+                "ctranslate2",
+                "float32",
+                "hf",
+            )
+            status, answer = post(f"{url}/v1/attention", {"text": "w1 w2"})
+            assert status == 422 and "this server decodes with ctranslate2" in answer["error"]
+    finally:
+        theirs.defaults = {}
