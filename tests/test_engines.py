@@ -188,3 +188,32 @@ def test_serve_with_the_ctranslate2_engine(engines):
             assert status == 422 and "this server decodes with ctranslate2" in answer["error"]
     finally:
         theirs.defaults = {}
+
+
+def test_evaluate_model_with_the_ctranslate2_engine(model_dir, tmp_path, monkeypatch, capsys):
+    import json
+
+    from test_evaluation import _split_corpus
+
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    data, sources, _ = _split_corpus(tmp_path)
+    args = ("evaluate", "--model", model_dir, "--data-dir", data, "-s", "en", "-t", "de", "--split", "test")
+    code, _, err = cli_here(monkeypatch, capsys, *args, "--engine", "ctranslate2")
+    assert code == 2 and "error: --length-penalty-style gnmt: CTranslate2's beam search" in err
+    out = ("-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json")
+    code, _, err = cli_here(monkeypatch, capsys, *args, *out, "--engine", "ctranslate2", "--length-penalty-style", "hf")
+    assert code == 0, err
+    translator = Translator.from_pretrained(str(model_dir), engine="ctranslate2")
+    assert (tmp_path / "hyp.de").read_text().splitlines() == translator.translate(sources, **HF)
+    assert json.loads((tmp_path / "out.json").read_text())["inputs"]["engine"] == "ctranslate2"
+
+
+def test_serve_refuses_a_default_the_engine_cannot_decode_before_listening(model_dir, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("uvicorn")
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    code, _, err = cli_here(monkeypatch, capsys, "serve", "-m", model_dir, "--engine", "ctranslate2", "--port", "0")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "error: --length-penalty-style gnmt: CTranslate2's beam search ranks by |Y|^alpha, not by the paper's "
+        "GNMT penalty; use --length-penalty-style hf (or --engine torch)"
+    )
