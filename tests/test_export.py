@@ -106,7 +106,7 @@ def test_the_position_table_is_the_models_own(tmp_path):
 
 def test_int8_export_translates_and_the_folder_is_complete(tmp_path, monkeypatch, capsys):
     model_dir = saved_model(tmp_path / "model")
-    args = ("export", model_dir, "--to", "ctranslate2", "-o", tmp_path / "int8", "--quantization", "int8")
+    args = ("export", "-m", model_dir, "--to", "ctranslate2", "-o", tmp_path / "int8", "--quantization", "int8")
     code, _, err = cli_here(monkeypatch, capsys, *args)
     assert code == 0, err
     names = {p.name for p in (tmp_path / "int8").iterdir()}
@@ -128,6 +128,6 @@ def test_export_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
         export_ctranslate2(model_dir, tmp_path / "busy")
     with pytest.raises(AiaynError, match="quantization int4: choose one of float32, int8"):
         export_ctranslate2(model_dir, tmp_path / "out", quantization="int4")
-    code, _, err = cli_here(monkeypatch, capsys, "export", model_dir, "--to", "onnx", "-o", tmp_path / "out")
+    code, _, err = cli_here(monkeypatch, capsys, "export", "-m", model_dir, "--to", "onnx", "-o", tmp_path / "out")
     assert code == 2 and err.strip() == "error: --to onnx: choose one of ctranslate2"
     assert not (tmp_path / "out").exists()

@@ -85,14 +85,14 @@ def test_aer_and_pattern_at_each_step_are_those_of_that_checkpoint(run):
 
 def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "over"
-    code, stdout, err = cli_here(monkeypatch, capsys, "attention", "--checkpoints", run, "--sample", "3", "-o", out)
+    code, stdout, err = cli_here(monkeypatch, capsys, "attention", "--checkpoints", run, "--sample-size", "3", "-o", out)
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["over_training.json", "over_training.md", "over_training.png"]
     data = json.loads((out / "over_training.json").read_text())
     assert data["steps"] == [10, 25, 40] and data["aer_pairs"] == 3
     assert data["pattern"]["title"] == "encoder-decoder attention, layer 2, mean of heads"
     assert stdout.startswith("| step | AER layer 1 | AER layer 2 | AER diagonal |")
-    code, stdout, _ = cli_here(monkeypatch, capsys, "attention", "--checkpoints", run, "--sample", "2")
+    code, stdout, _ = cli_here(monkeypatch, capsys, "attention", "--checkpoints", run, "--sample-size", "2")
     assert code == 0 and stdout.count("\n| ") == 3  # no -o: the table alone, nothing written
 
 
@@ -111,7 +111,7 @@ def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path, monkeypatch, ca
     out = tmp_path / "over"
     if "--checkpoints" not in args:
         args = ["--checkpoints", str(run), *args]
-    code, _, err = cli_here(monkeypatch, capsys, "attention", *args, "--sample", "2", "-o", out)
+    code, _, err = cli_here(monkeypatch, capsys, "attention", *args, "--sample-size", "2", "-o", out)
     assert code == 2, err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()

@@ -50,6 +50,7 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys)
         monkeypatch,
         capsys,
         "push",
+        "-m",
         run_dir / "averaged",
         "--repo-id",
         "someone/aiayn-tiny",
@@ -89,7 +90,7 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys)
 def test_model_card_metadata_parses(run_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "staged"
     code, _, err = cli_here(
-        monkeypatch, capsys, "push", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run",
+        monkeypatch, capsys, "push", "-m", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run",
         "--output-dir", out, "--eval-json", run_dir / "eval.json", "--dataset", "multi30k",
     )  # fmt: skip
     assert code == 0, err
@@ -119,7 +120,9 @@ def test_model_card_metadata_parses(run_dir, tmp_path, monkeypatch, capsys):
 def test_dry_run_folder_loads_and_translates_without_the_package(run_dir, tmp_path):
     out = tmp_path / "staged"
     assert (
-        run_cli("push", run_dir / "averaged", "--repo-id", "someone/x", "--dry-run", "--output-dir", out).returncode
+        run_cli(
+            "push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--dry-run", "--output-dir", out
+        ).returncode
         == 0
     )
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -179,7 +182,7 @@ def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, 
 
     monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
     code, out, err = cli_here(
-        monkeypatch, capsys, "push", run_dir / "averaged", "--repo-id", "someone/x", "--private",
+        monkeypatch, capsys, "push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--private",
         "--revision", "v1", "--commit-message", "first", "--token", SECRET,
     )  # fmt: skip
     output = out + err
@@ -191,7 +194,7 @@ def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, 
 
 
 def test_offline_push_is_one_line_and_hides_the_token(run_dir):
-    result = run_cli("push", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET)
+    result = run_cli("push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET)
     assert result.returncode == 2
     assert SECRET not in result.stdout + result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -215,7 +218,7 @@ def test_permission_errors_are_one_line(run_dir, monkeypatch, capsys, status, ph
 
     monkeypatch.setattr("huggingface_hub.HfApi", RefusingApi)
     code, out, err = cli_here(
-        monkeypatch, capsys, "push", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET
+        monkeypatch, capsys, "push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET
     )
     output = out + err
     lines = [line for line in output.splitlines() if line.strip()]
@@ -224,10 +227,19 @@ def test_permission_errors_are_one_line(run_dir, monkeypatch, capsys, status, ph
 
 def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
     cases = [
-        (["push", tmp_path / "nope", "--repo-id", "a/b", "--dry-run"], "no such model folder"),
-        (["push", run_dir / "averaged", "--repo-id", "no-slash", "--dry-run"], "--repo-id"),
+        (["push", "-m", tmp_path / "nope", "--repo-id", "a/b", "--dry-run"], "no such model folder"),
+        (["push", "-m", run_dir / "averaged", "--repo-id", "no-slash", "--dry-run"], "--repo-id"),
         (
-            ["push", run_dir / "averaged", "--repo-id", "a/b", "--dry-run", "--eval-json", tmp_path / "missing.json"],
+            [
+                "push",
+                "-m",
+                run_dir / "averaged",
+                "--repo-id",
+                "a/b",
+                "--dry-run",
+                "--eval-json",
+                tmp_path / "missing.json",
+            ],
             "--eval-json",
         ),
     ]
@@ -237,6 +249,7 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
             (
                 [
                     "push",
+                    "-m",
                     run_dir / "averaged",
                     "--repo-id",
                     "a/b",
@@ -251,7 +264,16 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
     (tmp_path / "not_empty" / "x").write_text("x")
     cases.append(
         (
-            ["push", run_dir / "averaged", "--repo-id", "a/b", "--dry-run", "--output-dir", tmp_path / "not_empty"],
+            [
+                "push",
+                "-m",
+                run_dir / "averaged",
+                "--repo-id",
+                "a/b",
+                "--dry-run",
+                "--output-dir",
+                tmp_path / "not_empty",
+            ],
             "not empty",
         )
     )
@@ -259,7 +281,7 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
     save_tiny_model(no_tokenizer)
     (no_tokenizer / "tokenizer.json").unlink()
     (no_tokenizer / "tokenizer_config.json").unlink()
-    cases.append((["push", no_tokenizer, "--repo-id", "a/b", "--dry-run"], "no tokenizer"))
+    cases.append((["push", "-m", no_tokenizer, "--repo-id", "a/b", "--dry-run"], "no tokenizer"))
     capsys.readouterr()  # what saving the model printed (progress bars, where no CLI call has turned them off yet)
     for args, phrase in cases:
         code, _, err = cli_here(monkeypatch, capsys, *args)
@@ -273,5 +295,5 @@ def test_tokenizer_that_does_not_match_the_model(tmp_path, monkeypatch, capsys):
     from conftest import word_level_tokenizer
 
     word_level_tokenizer(60).save_pretrained(folder)
-    code, _, err = cli_here(monkeypatch, capsys, "push", folder, "--repo-id", "a/b", "--dry-run")
+    code, _, err = cli_here(monkeypatch, capsys, "push", "-m", folder, "--repo-id", "a/b", "--dry-run")
     assert code == 2 and "vocab_size" in err

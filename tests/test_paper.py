@@ -210,7 +210,7 @@ def test_teacher_forced_choices_are_the_logits_argmax_and_free_running_is_transl
     assert comparison.decoder_input == decoder_input_ids[0].tolist()
     assert comparison.forced == logits.argmax(-1)[0].tolist()
 
-    code, out, err = invoke(capsys, "translate", "--model", model_dir, "--beam", "1", "--dtype", "fp32", source)
+    code, out, err = invoke(capsys, "translate", "--model", model_dir, "--beam", "1", "--precision", "fp32", source)
     assert code == 0, err
     assert comparison.translation == out.strip() != ""
     assert comparison.free[:-1] == tokenizer(comparison.translation, add_special_tokens=False)["input_ids"]

@@ -124,7 +124,7 @@ def test_train_prints_and_records_its_precision(tmp_path):
         "--set",
         "best_metric=loss",
     )
-    result = run_cli(*train_args(task, tmp_path / "auto", *fixed, "--mixed-precision", "auto"), env=env)
+    result = run_cli(*train_args(task, tmp_path / "auto", *fixed, "--precision", "auto"), env=env)
     assert result.returncode == 0, result.stderr
     native, why = precision.native_bf16("cpu")
     line = f"precision: {'bf16' if native else 'fp32'} (auto: {why})"
@@ -135,7 +135,7 @@ def test_train_prints_and_records_its_precision(tmp_path):
         return
     # bf16 asked for where oneDNN may not use the bf16 instructions: it trains, and warns.
     emulated = {**env, "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    result = run_cli(*train_args(task, tmp_path / "bf16", *fixed, "--mixed-precision", "bf16"), env=emulated)
+    result = run_cli(*train_args(task, tmp_path / "bf16", *fixed, "--precision", "bf16"), env=emulated)
     assert result.returncode == 0, result.stderr
     assert "warning: bf16 is emulated here" in result.stderr
     assert "precision: bf16 (asked for)" in result.stderr
@@ -165,7 +165,7 @@ def test_a_run_in_fp32_takes_the_recipes_when_fp32_keys(tmp_path, monkeypatch, c
     def train(output, cpu, *extra):
         monkeypatch.setattr(precision, "cpu_features", lambda: cpu)
         args = ["aiayn", "train", str(recipe), "--data-dir", str(data), "--tokenizer", str(tmp_path / "tok")]
-        args += ["--output-dir", str(output), "--no-progress", "--mixed-precision", "auto", "--max-steps", "1"]
+        args += ["--output-dir", str(output), "--no-progress", "--precision", "auto", "--max-steps", "1"]
         args += ["--set", "valid_split=null", "--set", "average_last=null", "--set", "trackers=[]"]
         args += ["--set", "best_metric=loss", "--set", "length_penalty_grid=null", *extra]
         monkeypatch.setattr(sys, "argv", args)

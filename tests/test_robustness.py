@@ -46,7 +46,7 @@ def test_a_damaged_model_is_one_line_everywhere(monkeypatch, capsys, tmp_path, t
     assert str(model / "model.safetensors") in line and "damaged or truncated" in line
     hub = tmp_path / "hub"
     line = one_error_line(
-        *aiayn(monkeypatch, capsys, "push", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub)[::2]
+        *aiayn(monkeypatch, capsys, "push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub)[::2]
     )
     assert str(model) in line and "damaged or truncated" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == [model.name]  # no avg, no hub, no temporary
@@ -87,7 +87,7 @@ def test_a_model_folder_that_does_not_hold_together_is_one_line_everywhere(monke
     for expected, model in cases.items():
         commands = {
             "translate": ["translate", "-m", model, "w5 w6"],
-            "push": ["push", model, "--repo-id", "u/m", "--dry-run", "--output-dir", tmp_path / "hub"],
+            "push": ["push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", tmp_path / "hub"],
             "paper": ["paper", "scaling", "-m", model, "-o", tmp_path / "figures"],
         }
         for command, args in commands.items():
@@ -241,7 +241,7 @@ def test_push_publishes_no_local_path_and_warns_about_token(monkeypatch, capsys,
     (tmp_path / "eval.json").write_text(json.dumps({**evaluation, "scores": {"chrf": {"score": 50.0}}}))
     hub = tmp_path / "hub"
     code, _, err = aiayn(
-        monkeypatch, capsys, "push", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub,
+        monkeypatch, capsys, "push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub,
         "--eval-json", tmp_path / "eval.json",
     )  # fmt: skip
     assert code == 0, err
@@ -271,7 +271,7 @@ FULL_DISK_COMMANDS = {
         *("--vocab-size", "300", "-o", c["dir"] / "tok"),
     ],
     "average -o": lambda c: ["average", c["tiny"], c["tiny"], "-o", c["dir"] / "avg"],
-    "push": lambda c: ["push", c["tiny"], "--repo-id", "u/m", "--dry-run", "--output-dir", c["dir"] / "hub"],
+    "push": lambda c: ["push", "-m", c["tiny"], "--repo-id", "u/m", "--dry-run", "--output-dir", c["dir"] / "hub"],
 }
 
 

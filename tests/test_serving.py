@@ -211,7 +211,7 @@ def test_a_signal_during_a_burst_answers_every_accepted_request_and_exits_0(mode
     sentences = random_sentences(24, seed=4)
     long = {"max_len_a": 0.0, "max_len_b": 100}  # long enough that the burst is still decoding at the signal
     want = expected(translator, sentences, **long)
-    with serve_in_subprocess(model_dir, "--threads", "1", "--dtype", "fp32") as (process, url):
+    with serve_in_subprocess(model_dir, "--threads", "1", "--precision", "fp32") as (process, url):
         assert post(f"{url}/v1/translate", {"text": "w1", **SHORT})[0] == 200
         results: dict[int, tuple] = {}
 

@@ -159,7 +159,7 @@ def test_cli_train_tokenizer(tmp_path, capsys):
         "de",
         "--vocab-size",
         "400",
-        "--max-sentences",
+        "--sample-size",
         "150",
         "-o",
         tmp_path / "tok",

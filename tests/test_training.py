@@ -71,8 +71,8 @@ def train_args(task, output: Path, *extra: str) -> list[str]:
         "--output-dir",
         str(output),
         "--no-progress",
-        "--mixed-precision",
-        "no",  # fp32 on every CPU, so that what the tests check does not depend on the hardware
+        "--precision",
+        "fp32",  # fp32 on every CPU, so that what the tests check does not depend on the hardware
         *extra,
     ]
 

@@ -289,11 +289,12 @@ def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
     inputs = sentences(30, seed=4) + ["", "  "]
     source.write_text("\n".join(inputs) + "\n", encoding="utf-8")
     target = tmp_path / "out.txt"
-    code, out, err = run_main(
-        monkeypatch, capsysbinary, "translate", "-m", model_dir, "--dtype", "fp32", "-i", source, "-o", target
-    )
+    args = ("translate", "-m", model_dir, "--precision", "fp32", "-i", source, "-o", target)
+    code, out, err = run_main(monkeypatch, capsysbinary, *args, "--progress")
     assert code == 0, err
-    assert out == b"" and "translating" in err  # the progress bar, on stderr
+    assert out == b"" and "translating" in err  # the progress bar, asked for, on stderr
+    code, out, err = run_main(monkeypatch, capsysbinary, *args)
+    assert code == 0 and err == "", err  # stderr is not a terminal here: no bar by default
     written = target.read_text(encoding="utf-8").split("\n")
     assert len(written) == 33 and written[-1] == "" and written[30:32] == ["", ""]
     assert written[:30] == Translator.from_pretrained(str(model_dir)).translate(inputs[:30])
@@ -336,7 +337,7 @@ def test_nbest_sampling_and_greedy(model_dir, monkeypatch, capsysbinary):
         "1",
         "--length-penalty-style",
         "hf",
-        "--dtype",
+        "--precision",
         "bf16",
         "--device",
         "cpu",
@@ -349,10 +350,10 @@ def test_user_errors_exit_2_with_one_line(model_dir, monkeypatch, capsysbinary):
     long = " ".join(["man"] * 100)
     cases = [
         (("--on-long", "error"), b"a dog\n" + long.encode() + b"\n", "stdin line 2: "),
-        (("--on-long", "sometimes"), b"a dog\n", "--on-long sometimes"),
+        (("--on-long", "sometimes"), b"a dog\n", "--on-long: 'sometimes' is not one of"),
         (("--nbest", "5", "--beam", "4"), b"a dog\n", "--nbest"),
         (("--length-penalty-style", "marian"), b"a dog\n", "--length-penalty-style"),
-        (("--dtype", "fp8"), b"a dog\n", "--dtype fp8"),
+        (("--precision", "fp8"), b"a dog\n", "--precision: 'fp8' is not one of"),
         (("-i", "/no/such/file"), b"", "no such file"),
     ]
     for extra, stdin, message in cases:

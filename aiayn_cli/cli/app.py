@@ -16,6 +16,7 @@ import typer
 
 from .. import __version__
 from ..errors import AiaynError, first_line
+from .command import Command, Group, NoArgsIsHelpError, UsageError, one_line
 from .commands import (
     attention,
     average,
@@ -38,6 +39,7 @@ app = typer.Typer(
     name="aiayn",
     help="The Transformer of 'Attention Is All You Need' on Hugging Face tools: "
     "train-tokenizer, train, translate, evaluate, push.",
+    cls=Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -68,21 +70,21 @@ def root(
 
 
 # Commands are registered below, one line each, in the order of the pipeline.
-app.command("train-tokenizer")(train_tokenizer.train_tokenizer)
-app.command("prepare")(prepare.prepare)
-app.command("train")(train.train)
-app.command("average")(average.average)
-app.command("translate")(translate.translate)
-app.command("evaluate")(evaluate.evaluate)
-app.command("push")(push.push)
-app.command("serve")(serve.serve)
-app.command("export")(export.export)
-app.command("quickstart")(quickstart.quickstart)
-app.command("attention")(attention.attention)
-app.command("heads")(heads.heads)
-app.command("layers")(layers.layers)
-app.command("paper")(paper.paper)
-app.command("recipes")(recipes.recipes)
+app.command("train-tokenizer", cls=Command)(train_tokenizer.train_tokenizer)
+app.command("prepare", cls=Command)(prepare.prepare)
+app.command("train", cls=Command)(train.train)
+app.command("average", cls=Command)(average.average)
+app.command("translate", cls=Command)(translate.translate)
+app.command("evaluate", cls=Command)(evaluate.evaluate)
+app.command("push", cls=Command)(push.push)
+app.command("serve", cls=Command)(serve.serve)
+app.command("export", cls=Command)(export.export)
+app.command("quickstart", cls=Command)(quickstart.quickstart)
+app.command("attention", cls=Command)(attention.attention)
+app.command("heads", cls=Command)(heads.heads)
+app.command("layers", cls=Command)(layers.layers)
+app.command("paper", cls=Command)(paper.paper)
+app.command("recipes", cls=Command)(recipes.recipes)
 
 
 def flag_names(command: str | None) -> dict[str, str]:
@@ -115,7 +117,18 @@ def main(restart: bool = False) -> None:
             from ..allocator import restart_with_a_faster_allocator
 
             restart_with_a_faster_allocator()
-        app()
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except NoArgsIsHelpError as err:  # `aiayn`, `aiayn train-tokenizer`: the help
+        typer.echo(err.format_message())
+        sys.exit(0)
+    except UsageError as err:  # a usage error: one line, not a box
+        typer.echo(one_line(err), err=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
     except Exception as err:
         message, code = error_line(err)
         if message is None or os.environ.get("AIAYN_DEBUG") == "1":

@@ -1,7 +1,12 @@
-"""Shared Typer options: every command that reads parallel data takes the same flags.
+"""Shared Typer options: one spelling for each thing, in every command (the vocabulary of
+docs/cli.md, which `aiayn_cli.cli.reference` renders and tests/test_cli_options.py enforces).
 
-A command declares the data options it needs with these aliases and builds its `DataSpec` with
-`data_spec(...)`:
+A model folder or Hub id is always `-m/--model`; an output file `-o/--output`, an output folder
+`-o/--output-dir`; what a command computes in `--precision auto|fp32|bf16|fp16` (and
+`--quantization int8` where it quantizes); where it runs `--device`, `auto` by default.
+
+A command that reads parallel data declares the data options it needs with these aliases and
+builds its `DataSpec` with `data_spec(...)`:
 
     def evaluate(
         dataset: options.DatasetOpt = None,
@@ -17,8 +22,9 @@ A command declares the data options it needs with these aliases and builds its `
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -27,12 +33,160 @@ from ..errors import AiaynError
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.corpus import DataSpec
 
+# ---------------------------------------------------------------------------------------------
+# The model, outputs, device and precision
+# ---------------------------------------------------------------------------------------------
+
+MODEL_HELP = "A model folder written by aiayn train or aiayn average, or a Hub id (user/name)."
+
+
+def model_option(help: str = MODEL_HELP, panel: str | None = None) -> Any:
+    """`-m/--model MODEL`: a model folder or a Hub id."""
+    return typer.Option("--model", "-m", metavar="MODEL", help=help, rich_help_panel=panel, show_default=False)
+
+
+def output_option(help: str, panel: str | None = None) -> Any:
+    """`-o/--output FILE`: the file a command writes."""
+    return typer.Option("--output", "-o", metavar="FILE", help=help, rich_help_panel=panel, show_default=False)
+
+
+def output_dir_option(help: str, panel: str | None = None, show_default: bool = False) -> Any:
+    """`-o/--output-dir FOLDER`: the folder a command writes."""
+    return typer.Option(
+        "--output-dir", "-o", metavar="FOLDER", help=help, rich_help_panel=panel, show_default=show_default
+    )
+
+
+ModelOpt = Annotated[str | None, model_option()]
+
+
+def model_from_argument(model: str | None, positional: str | None, command: str) -> str:
+    """`-m/--model`, or the positional MODEL of the previous version (with a deprecation notice)."""
+    if positional is not None:
+        if model is not None:
+            raise AiaynError(f"and a positional {positional}: give the model once, as --model", key="model")
+        typer.echo(
+            f"warning: aiayn {command} MODEL is deprecated and goes away in the next version; use -m/--model MODEL",
+            err=True,
+        )
+        return positional
+    if model is None:
+        raise AiaynError("is required: a model folder or a Hub id", key="model")
+    return model
+
+
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+PRECISION_HELP = (
+    "What the model computes in: auto (bf16 where the device computes it natively: AVX512-BF16, AMX, "
+    "Ampere+; else fp32), fp32, bf16 or fp16."
+)
+
+
+def precision_option(help: str = PRECISION_HELP, panel: str | None = None, show_default: bool = True) -> Any:
+    """`--precision auto|fp32|bf16|fp16`."""
+    return typer.Option("--precision", help=help, rich_help_panel=panel, show_default=show_default)
+
+
+Quantization = Literal["none", "int8"]
+
+
+def quantization_option(panel: str | None = None) -> Any:
+    """`--quantization none|int8`: int8 weights for the linear maps (CPUs), float activations."""
+    return typer.Option(
+        "--quantization",
+        help="int8: int8 weights for the linear maps, float32 activations (CPUs; with --precision auto or fp32).",
+        rich_help_panel=panel,
+    )
+
+
+def device_option(panel: str | None = None) -> Any:
+    """`--device auto|cpu|cuda|cuda:N|mps`, `auto` by default everywhere."""
+    return typer.Option(
+        "--device",
+        metavar="DEVICE",
+        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.",
+        rich_help_panel=panel,
+    )
+
+
+def threads_option(panel: str | None = None) -> Any:
+    """`--threads N`: the most CPU threads."""
+    return typer.Option(
+        "--threads",
+        min=1,
+        metavar="N",
+        rich_help_panel=panel,
+        help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one, "
+        "large batches are split, one part per thread. 1 is faster on a busy machine.",
+        show_default=False,
+    )
+
+
+def max_tokens_option(panel: str | None = None) -> Any:
+    return typer.Option(
+        "--max-tokens", min=1, metavar="N", rich_help_panel=panel, help="Source tokens per batch, padding included."
+    )
+
+
+def batch_size_option(panel: str | None = None) -> Any:
+    return typer.Option("--batch-size", min=1, metavar="N", rich_help_panel=panel, help="Sentences per batch.")
+
+
+def on_long_option(panel: str | None = None) -> Any:
+    return typer.Option(
+        "--on-long",
+        rich_help_panel=panel,
+        help="Inputs longer than the model's limit: truncated (with a warning), skipped (an empty line) or an error.",
+    )
+
+
+OnLong = Literal["truncate", "skip", "error"]
+
+
+def progress_option(panel: str | None = None) -> Any:
+    """`--progress/--no-progress`: a progress bar on stderr; by default only where stderr is a terminal."""
+    return typer.Option(
+        "--progress/--no-progress",
+        rich_help_panel=panel,
+        help="Draw progress bars on stderr (default: when stderr is a terminal; never into a file).",
+        show_default=False,
+    )
+
+
+def show_progress(progress: bool | None) -> bool:
+    """`--progress` / `--no-progress`, or by default whether stderr is a terminal (a bar's carriage
+    returns have no place in a log file)."""
+    if progress is not None:
+        return progress
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # closed or replaced
+        return False
+
+
+def inference_dtype(precision: str, quantization: str = "none") -> str:
+    """The `Translator` dtype for `--precision` and `--quantization` (int8 computes in fp32)."""
+    if quantization == "int8":
+        if precision not in ("auto", "fp32"):
+            raise AiaynError(
+                f"int8 computes in fp32 with int8 weights; give --precision auto or fp32, not {precision}",
+                key="quantization",
+            )
+        return "int8"
+    return precision
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel data
+# ---------------------------------------------------------------------------------------------
+
 PANEL = "Data"
 
 DatasetOpt = Annotated[
     str | None,
     typer.Option(
         "--dataset",
+        metavar="NAME",
         rich_help_panel=PANEL,
         help="A Hub dataset in the translation format (e.g. wmt14), or a folder written by save_to_disk.",
     ),
@@ -40,13 +194,17 @@ DatasetOpt = Annotated[
 DatasetConfigOpt = Annotated[
     str | None,
     typer.Option(
-        "--dataset-config", rich_help_panel=PANEL, help="The Hub dataset's configuration (e.g. de-en for wmt14)."
+        "--dataset-config",
+        metavar="NAME",
+        rich_help_panel=PANEL,
+        help="The Hub dataset's configuration (e.g. de-en for wmt14).",
     ),
 ]
 DataDirOpt = Annotated[
     Path | None,
     typer.Option(
         "--data-dir",
+        metavar="FOLDER",
         rich_help_panel=PANEL,
         help="A folder of {split}.{lang} text files (or {split}.jsonl / {split}.tsv); "
         "validation is also found as val/valid/dev, test as test2016.",
@@ -56,24 +214,34 @@ PrefixOpt = Annotated[
     str | None,
     typer.Option(
         "--prefix",
+        metavar="PREFIX",
         rich_help_panel=PANEL,
         help="Path prefix of two text files: PREFIX.{source-lang} and PREFIX.{target-lang}; may contain {split}.",
     ),
 ]
 SourceFileOpt = Annotated[
     Path | None,
-    typer.Option("--source-file", rich_help_panel=PANEL, help="Source sentences, one per line (with --target-file)."),
+    typer.Option(
+        "--source-file",
+        metavar="FILE",
+        rich_help_panel=PANEL,
+        help="Source sentences, one per line (with --target-file).",
+    ),
 ]
 TargetFileOpt = Annotated[
     Path | None,
     typer.Option(
-        "--target-file", rich_help_panel=PANEL, help="Target sentences, one per line, aligned with --source-file."
+        "--target-file",
+        metavar="FILE",
+        rich_help_panel=PANEL,
+        help="Target sentences, one per line, aligned with --source-file.",
     ),
 ]
 DataFileOpt = Annotated[
     Path | None,
     typer.Option(
         "--data-file",
+        metavar="FILE",
         rich_help_panel=PANEL,
         help="One TSV (source<TAB>target) or JSONL (translation format) file; may contain {split}.",
     ),
@@ -82,6 +250,7 @@ DataFormatOpt = Annotated[
     str | None,
     typer.Option(
         "--data-format",
+        metavar="tsv|jsonl",
         rich_help_panel=PANEL,
         help="Format of --data-file when its extension does not say: tsv or jsonl.",
     ),
@@ -91,29 +260,38 @@ SourceLangOpt = Annotated[
     typer.Option(
         "--source-lang",
         "-s",
+        metavar="LANG",
         rich_help_panel=PANEL,
         help="Source language code (file suffix and translation key), e.g. en.",
     ),
 ]
 TargetLangOpt = Annotated[
-    str | None, typer.Option("--target-lang", "-t", rich_help_panel=PANEL, help="Target language code, e.g. de.")
+    str | None,
+    typer.Option("--target-lang", "-t", metavar="LANG", rich_help_panel=PANEL, help="Target language code, e.g. de."),
 ]
 SourceColumnOpt = Annotated[
     str | None,
     typer.Option(
         "--source-column",
+        metavar="COLUMN",
         rich_help_panel=PANEL,
         help="Column of the source sentences: a name (nested keys with dots) or, for TSV, a 0-based index.",
     ),
 ]
 TargetColumnOpt = Annotated[
     str | None,
-    typer.Option("--target-column", rich_help_panel=PANEL, help="Column of the target sentences, as --source-column."),
+    typer.Option(
+        "--target-column",
+        metavar="COLUMN",
+        rich_help_panel=PANEL,
+        help="Column of the target sentences, as --source-column.",
+    ),
 ]
 SplitOpt = Annotated[
     str,
     typer.Option(
         "--split",
+        metavar="SPLIT",
         rich_help_panel=PANEL,
         help="Which split to read: train, validation or test (or a dataset's own name).",
     ),
@@ -122,6 +300,7 @@ MaxLengthOpt = Annotated[
     int | None,
     typer.Option(
         "--max-length",
+        metavar="N",
         min=1,
         rich_help_panel=PANEL,
         help="Drop pairs with a side longer than this many whitespace-separated tokens (counted and reported).",
@@ -131,6 +310,7 @@ MaxRatioOpt = Annotated[
     float | None,
     typer.Option(
         "--max-ratio",
+        metavar="X",
         min=1.0,
         rich_help_panel=PANEL,
         help="Drop pairs whose longer side has more than this many times the tokens of the shorter one.",

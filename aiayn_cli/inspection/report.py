@@ -43,7 +43,8 @@ class AttentionRequest:
     words: bool = False
     hide_eos: bool = False
     alignment_layer: int | None = None
-    device: str = "cpu"
+    device: str = "auto"
+    precision: str = "fp32"  # auto, fp32, bf16 or fp16
 
 
 def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
@@ -53,7 +54,7 @@ def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
 
     sources, references = _inputs(request)
     _check_options(request)
-    translator = Translator.from_pretrained(request.model, device=request.device)
+    translator = Translator.from_pretrained(request.model, device=request.device, dtype=request.precision)
     explanations = explain(translator, None, sources, references)
     for ex in explanations[:1]:  # the same model for all: check the ranges once, before writing
         for kind in request.kinds:
@@ -80,9 +81,9 @@ def _inputs(request: AttentionRequest) -> tuple[list[str], list[str] | None]:
         raise AiaynError("no sentence: give sentences as arguments or {input} FILE", mentions=("input",))
     references = list(request.references) if request.references else None
     if request.reference_file is not None:
-        references = _read_lines(request.reference_file, "--reference-file")
+        references = _read_lines(request.reference_file, "--references")
     if references is not None and len(references) != len(sources):
-        option = "--reference-file" if request.reference_file is not None else "--reference"
+        option = "--references" if request.reference_file is not None else "--reference"
         raise AiaynError(f"{option}: {len(references)} references for {len(sources)} sentences; give one per sentence")
     return sources, references
 

@@ -28,7 +28,7 @@ from ..errors import AiaynError
 from ..files import staging_dir
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, sinusoidal_positional_encoding
 
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16")
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
 
 
 def export_ctranslate2(model_dir: str | Path, output_dir: str | Path, quantization: str = "float32") -> Path:

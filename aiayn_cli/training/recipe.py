@@ -365,8 +365,12 @@ def find_recipe(name_or_path: str | os.PathLike) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None = None) -> TrainRecipe:
+def load_recipe(
+    path: str | os.PathLike | None, overrides: dict[str, Any] | None = None, flags: dict[str, str] | None = None
+) -> TrainRecipe:
     """Read a recipe file (or none), apply `overrides` (dotted keys -> values), check every key.
+    `flags`: the command-line flag that set an override (`max_time` -> `--max-time`), for the error
+    line; the other overrides are named as `--set KEY`.
 
     Raises:
         AiaynError: naming the file and line, or the flag, of any unknown, repeated, missing or
@@ -381,7 +385,7 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     _drop_replaced_source(raw, overrides or {})
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value, source)
-        where[key] = f"--set {key}" if not key.startswith("--") else key
+        where[key] = (flags or {}).get(key) or (f"--set {key}" if not key.startswith("--") else key)
     if raw.get("mixed_precision") is False:  # YAML 1.1 reads an unquoted `no` as false
         raw["mixed_precision"] = "no"
     try:
@@ -518,8 +522,14 @@ def _first_error(err: ValidationError, raw: dict[str, Any], where: dict[str, str
     if any(m.startswith("Input should be ") for m in messages):
         messages = [m for m in messages if m.startswith("Input should be ")]
         wanted = " or ".join(dict.fromkeys(m.removeprefix("Input should be ") for m in messages))
-        return AiaynError(f"{at}: '{key}' must be {wanted}, got {value!r}")
-    return AiaynError(f"{at}: '{key}': {messages[0][0].lower()}{messages[0][1:]}, got {value!r}")
+        return AiaynError(f"{_named(key, where, source)} must be {wanted}, got {value!r}")
+    return AiaynError(f"{_named(key, where, source)}: {messages[0][0].lower()}{messages[0][1:]}, got {value!r}")
+
+
+def _named(key: str, where: dict[str, str], source: str) -> str:
+    """How an error names a key: its flag (`--max-time`), or where it was set and the key."""
+    at = where.get(key, source)
+    return at if at.startswith("--") and not at.startswith("--set ") else f"{at}: '{key}'"
 
 
 def _dotted(loc: tuple) -> str:
@@ -537,7 +547,7 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
     """What the types cannot say: durations, and keys that must agree with each other."""
 
     def fail(key: str, what: str) -> None:
-        raise AiaynError(f"{where.get(key, source)}: '{key}' {what}")
+        raise AiaynError(f"{_named(key, where, source)} {what}")
 
     if recipe.average_last is not None and recipe.average_last > recipe.keep_last:
         fail("average_last", f"({recipe.average_last}) must not exceed keep_last ({recipe.keep_last})")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
+from .. import options
 
 NARROW = "Narrowing and merging"
 TRAINING = "Over training"
@@ -17,16 +18,7 @@ def attention(
     sentences: Annotated[
         list[str] | None, typer.Argument(metavar="SENTENCE...", help="Source sentences to explain.", show_default=False)
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            metavar="PATH_OR_HUB_ID",
-            help="A model folder saved by aiayn train, or a Hub id.",
-            show_default=False,
-        ),
-    ] = None,
+    model: options.ModelOpt = None,
     input: Annotated[
         Path | None,
         typer.Option("--input", "-i", metavar="FILE", help="Source sentences, one per line.", show_default=False),
@@ -35,7 +27,6 @@ def attention(
         list[str] | None,
         typer.Option(
             "--reference",
-            "-r",
             metavar="TEXT",
             help="A reference translation per sentence (repeat the option): explain it by teacher forcing "
             "instead of the model's own translation.",
@@ -45,20 +36,17 @@ def attention(
     reference_file: Annotated[
         Path | None,
         typer.Option(
-            "--reference-file",
+            "--references",
             metavar="FILE",
-            help="References, one per line, as many as sentences.",
+            help="Reference translations, one per line, as many as sentences (instead of --reference).",
             show_default=False,
         ),
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FOLDER",
-            help="Write the files here (created if missing, in a folder that exists); text and align go to standard output without it.",
-            show_default=False,
+        options.output_dir_option(
+            "Write the files here (created if missing, in a folder that exists); text and align go to standard "
+            "output without it."
         ),
     ] = None,
     formats: Annotated[
@@ -85,10 +73,15 @@ def attention(
     ] = None,
     layer: Annotated[
         int | None,
-        typer.Option("--layer", rich_help_panel=NARROW, help="Only this layer (from 1).", show_default=False),
+        typer.Option(
+            "--layer", metavar="N", rich_help_panel=NARROW, help="Only this layer (from 1).", show_default=False
+        ),
     ] = None,
     head: Annotated[
-        int | None, typer.Option("--head", rich_help_panel=NARROW, help="Only this head (from 1).", show_default=False)
+        int | None,
+        typer.Option(
+            "--head", metavar="N", rich_help_panel=NARROW, help="Only this head (from 1).", show_default=False
+        ),
     ] = None,
     mean_heads: Annotated[
         bool, typer.Option("--mean-heads", rich_help_panel=NARROW, help="Average the heads of each layer.")
@@ -108,13 +101,21 @@ def attention(
         int | None,
         typer.Option(
             "--alignment-layer",
+            metavar="N",
             rich_help_panel=NARROW,
             help="The decoder layer whose averaged heads give --format align (from 1; -1 the last) "
             "[default: the last, the best measured].",
             show_default=False,
         ),
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+    device: Annotated[str, options.device_option()] = "auto",
+    precision: Annotated[
+        options.Precision,
+        options.precision_option(
+            help="What the model computes in: fp32 (the default here: the numbers shown are exact), auto (bf16 where "
+            "the device computes it natively), bf16 or fp16."
+        ),
+    ] = "fp32",
     checkpoints: Annotated[
         Path | None,
         typer.Option(
@@ -131,22 +132,31 @@ def attention(
         Path | None,
         typer.Option(
             "--data-dir",
+            metavar="FOLDER",
             rich_help_panel=TRAINING,
             help="With --checkpoints: a folder with {split}.align (true alignments) [default: the run's data].",
             show_default=False,
         ),
     ] = None,
     source_lang: Annotated[
-        str | None, typer.Option("--source-lang", "-s", rich_help_panel=TRAINING, help="With --data-dir.")
+        str | None,
+        typer.Option("--source-lang", "-s", metavar="LANG", rich_help_panel=TRAINING, help="With --data-dir."),
     ] = None,
     target_lang: Annotated[
-        str | None, typer.Option("--target-lang", "-t", rich_help_panel=TRAINING, help="With --data-dir.")
+        str | None,
+        typer.Option("--target-lang", "-t", metavar="LANG", rich_help_panel=TRAINING, help="With --data-dir."),
     ] = None,
     split: Annotated[
-        str, typer.Option("--split", rich_help_panel=TRAINING, help="With --checkpoints: the held-out pairs for AER.")
+        str,
+        typer.Option(
+            "--split", metavar="SPLIT", rich_help_panel=TRAINING, help="With --checkpoints: the held-out pairs for AER."
+        ),
     ] = "test",
     sample: Annotated[
-        int, typer.Option("--sample", min=1, rich_help_panel=TRAINING, help="With --checkpoints: pairs for AER.")
+        int,
+        typer.Option(
+            "--sample-size", min=1, metavar="N", rich_help_panel=TRAINING, help="With --checkpoints: pairs for AER."
+        ),
     ] = 200,
 ) -> None:
     """Show the model's attention for sentences: its own translation, or a reference (--reference).
@@ -182,6 +192,7 @@ def attention(
         hide_eos=hide_eos,
         alignment_layer=alignment_layer,
         device=device,
+        precision=precision,
     )
     written, text = attention_report(request)
     if text:

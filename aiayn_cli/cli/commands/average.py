@@ -13,21 +13,29 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
+from .. import options
 
 
 def average(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Checkpoint folders, or with --last one run folder (the output folder of `aiayn train`)."),
+        typer.Argument(
+            metavar="CHECKPOINT...",
+            help="Checkpoint folders, or with --last one run folder (the output folder of `aiayn train`).",
+            show_default=False,
+        ),
     ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The new model folder (Hub format).")],
+    output: Annotated[Path, options.output_dir_option("The new model folder (Hub format).")],
     last: Annotated[
         int | None,
         typer.Option(
-            "--last", min=1, help="Average the N newest checkpoints of the run folder (paper: base 5, big 20)."
+            "--last",
+            min=1,
+            metavar="N",
+            help="Average the N newest checkpoints of the run folder (paper: base 5, big 20).",
         ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output if it exists.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output-dir if it exists.")] = False,
 ) -> None:
     """Average checkpoints element-wise into a new Hub-format model folder."""
     from ...training.checkpoint import list_checkpoints, write_averaged_checkpoint
@@ -47,6 +55,6 @@ def average(
             if not path.is_dir():
                 raise AiaynError(f"{path}: not a checkpoint folder")
     if output.exists() and not overwrite:
-        raise AiaynError(f"{output} exists; pass --overwrite to replace it")
+        raise AiaynError(f"{output} exists; pass --overwrite to replace it", key="output")
     written = write_averaged_checkpoint(checkpoints, output)
     typer.echo(f"averaged {len(checkpoints)} checkpoints ({', '.join(p.name for p in checkpoints)}) into {written}")

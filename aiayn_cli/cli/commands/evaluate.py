@@ -54,27 +54,21 @@ def evaluate(
             show_default=False,
         ),
     ] = None,
-    width: Annotated[int, typer.Option("--width", min=0, max=10, help="Decimals of the printed scores.")] = 2,
+    width: Annotated[
+        int, typer.Option("--width", min=0, max=10, metavar="N", help="Decimals of the printed scores.")
+    ] = 2,
     json_path: Annotated[
         Path | None,
         typer.Option("--json", metavar="FILE", help="Also write the results as JSON to this file.", show_default=False),
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option(
-            "--model",
-            metavar="PATH_OR_HUB_ID",
-            help="Translate the sources of the data split with this model (the paper's beam search) and "
-            "score the translations.",
-            show_default=False,
+        options.model_option(
+            "Translate the sources of the data split with this model (a folder or Hub id; its generation_config's "
+            "search, the paper's beam search) and score the translations."
         ),
     ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", metavar="FILE", help="With --model: also write the translations here.", show_default=False
-        ),
-    ] = None,
+    output: Annotated[Path | None, options.output_option("With --model: also write the translations here.")] = None,
     length_penalty_grid: Annotated[
         str | None,
         typer.Option(
@@ -104,7 +98,9 @@ def evaluate(
     data_file: options.DataFileOpt = None,
     source_lang: options.SourceLangOpt = None,
     target_lang: options.TargetLangOpt = None,
-    split: Annotated[str, typer.Option("--split", help="The data split to score on (with data options).")] = "test",
+    split: Annotated[
+        str, typer.Option("--split", metavar="SPLIT", help="The data split to score on (with data options).")
+    ] = "test",
 ) -> None:
     """Score translations against references: files, a dataset split, or a model translating that split.
 

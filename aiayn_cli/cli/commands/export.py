@@ -3,33 +3,53 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
+from ...errors import AiaynError
+from .. import options
+
 TARGETS = ("ctranslate2",)
+# CTranslate2's name for each (--precision, --quantization); auto keeps the weights as trained (fp32).
+CT2_TYPES = {
+    ("fp32", "none"): "float32",
+    ("fp16", "none"): "float16",
+    ("bf16", "none"): "bfloat16",
+    ("fp32", "int8"): "int8_float32",
+    ("fp16", "int8"): "int8_float16",
+    ("bf16", "int8"): "int8_bfloat16",
+    ("fp32", "int16"): "int16",
+}
 
 
 def export(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="A model folder saved by aiayn train, or a Hub id.")],
-    to: Annotated[str, typer.Option("--to", help="The runtime: ctranslate2.")] = "ctranslate2",
+    model: options.ModelOpt = None,
+    to: Annotated[str, typer.Option("--to", metavar="RUNTIME", help="The runtime: ctranslate2.")] = "ctranslate2",
     output: Annotated[
-        Path, typer.Option("--output", "-o", metavar="DIR", help="The folder to write (must not exist, or be empty).")
-    ] = ...,
+        Path | None, options.output_dir_option("The folder to write (must not exist, or be empty).")
+    ] = None,
+    precision: Annotated[
+        options.Precision,
+        options.precision_option(help="The type of the saved weights: auto (as trained: fp32), fp32, bf16 or fp16."),
+    ] = "auto",
     quantization: Annotated[
-        str,
-        typer.Option(
-            "--quantization",
-            help="How the weights are saved: float32, int8, int8_float32, int16 or float16.",
-        ),
-    ] = "float32",
+        Literal["none", "int8", "int16"],
+        typer.Option("--quantization", help="int8 or int16 weights for the linear maps (int16 with fp32 only)."),
+    ] = "none",
+    legacy_model: Annotated[str | None, typer.Argument(hidden=True, show_default=False)] = None,
 ) -> None:
     """Export a model for a fast runtime: CTranslate2 (the package's ctranslate2 extra)."""
-    from ...errors import AiaynError
-
+    model = options.model_from_argument(model, legacy_model, "export")
+    if output is None:
+        raise AiaynError("is required: the folder to write", key="output")
     if to not in TARGETS:
-        raise AiaynError(f"--to {to}: choose one of {', '.join(TARGETS)}")
+        raise AiaynError(f"{to}: choose one of {', '.join(TARGETS)}", key="to")
+    kind = CT2_TYPES.get(("fp32" if precision == "auto" else precision, quantization))
+    if kind is None:
+        raise AiaynError(f"int16 weights keep fp32 for the rest; give --precision fp32, not {precision}",
+                         key="quantization")  # fmt: skip
     from ...serving.ctranslate2 import export_ctranslate2
 
-    folder = export_ctranslate2(model, output, quantization=quantization)
-    typer.echo(f"wrote {folder} (CTranslate2, {quantization}); its README.md shows the Python that runs it")
+    folder = export_ctranslate2(model, output, quantization=kind)
+    typer.echo(f"wrote {folder} (CTranslate2, {kind}); its README.md shows the Python that runs it")

@@ -15,30 +15,30 @@ from typing import Annotated
 
 import typer
 
+from .. import options
+
 TOPICS_HELP = "positions, scaling, masks, complexity, teacher-forcing or normalization"
 
 
 def paper(
-    topic: Annotated[str, typer.Argument(help=f"What to show: {TOPICS_HELP}.", show_default=False)],
+    topic: Annotated[str, typer.Argument(metavar="TOPIC", help=f"What to show: {TOPICS_HELP}.", show_default=False)],
     output_dir: Annotated[
-        Path, typer.Option("--output-dir", "-o", help="Where the PNG figures and the markdown table go.")
+        Path, options.output_dir_option("Where the PNG figures and the markdown table go.", show_default=True)
     ] = Path("paper"),
     model: Annotated[
         str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            metavar="PATH_OR_HUB_ID",
-            help="A model saved by aiayn train: needed by teacher-forcing; adds the trained model's view to "
-            "positions (learned positions), scaling (its logit scales), masks and normalization (its tokenizer).",
-            show_default=False,
+        options.model_option(
+            "A model folder or Hub id: needed by teacher-forcing; adds the trained model's view to positions "
+            "(learned positions), scaling (its logit scales), masks and normalization (its tokenizer)."
         ),
     ] = None,
     source: Annotated[
-        str | None, typer.Option("--source", help="A source sentence (with --target).", show_default=False)
+        str | None,
+        typer.Option("--source", metavar="TEXT", help="A source sentence (with --target).", show_default=False),
     ] = None,
     target: Annotated[
-        str | None, typer.Option("--target", help="Its reference translation (with --source).", show_default=False)
+        str | None,
+        typer.Option("--target", metavar="TEXT", help="Its reference translation (with --source).", show_default=False),
     ] = None,
 ) -> None:
     """Show one of the paper's claims with figures and numbers computed by aiayn's own code."""

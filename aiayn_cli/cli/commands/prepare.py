@@ -19,17 +19,25 @@ from .. import options
 
 def prepare(
     recipe: Annotated[
-        str, typer.Argument(help="A recipe: a YAML file, or the name of a shipped one. Flags override its keys.")
+        str,
+        typer.Argument(
+            metavar="RECIPE", help="A recipe: a YAML file, or the name of a shipped one. Flags override its keys."
+        ),
     ],
     tokenizer: Annotated[
-        str | None, typer.Option("--tokenizer", help="The folder written by `aiayn train-tokenizer`.")
+        str | None, typer.Option("--tokenizer", metavar="FOLDER", help="The folder written by `aiayn train-tokenizer`.")
     ] = None,
     num_proc: Annotated[
-        int | None, typer.Option("--num-proc", help="Tokenizing processes (default: this machine's cores).")
+        int | None,
+        typer.Option("--num-proc", metavar="N", help="Tokenizing processes (default: this machine's cores)."),
     ] = None,
     cache_dir: Annotated[
         Path | None,
-        typer.Option("--cache-dir", help="Where prepared data goes (default: the datasets cache; data.cache_dir)."),
+        typer.Option(
+            "--cache-dir",
+            metavar="FOLDER",
+            help="Where prepared data goes (default: the datasets cache; data.cache_dir).",
+        ),
     ] = None,
     set_values: Annotated[
         list[str] | None,
@@ -37,7 +45,7 @@ def prepare(
             "--set", metavar="KEY=VALUE", help="Override any recipe key (YAML value), e.g. --set max_length=128."
         ),
     ] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars on stderr.")] = True,
+    progress: Annotated[bool | None, options.progress_option()] = None,
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
     data_dir: options.DataDirOpt = None,
@@ -65,7 +73,9 @@ def prepare(
         "cache_dir": cache_dir,
     }
     overrides = options.recipe_overrides(set_values, data, {"tokenizer": tokenizer, "num_proc": num_proc})
-    prepared = prepare_training_data(load_recipe(find_recipe(recipe), overrides), show_progress=progress)
+    prepared = prepare_training_data(
+        load_recipe(find_recipe(recipe), overrides), show_progress=options.show_progress(progress)
+    )
     typer.echo(prepared.report, err=True)
     state = "opened from the cache" if prepared.from_cache else "prepared"
     typer.echo(f"{len(prepared.dataset)} pairs {state}: {prepared.path}")

@@ -10,16 +10,16 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
-from ...hub.publish import CardInfo, push_folder, stage_folder
+from .. import options
 
 
 def push(
-    model_dir: Annotated[
-        Path, typer.Argument(metavar="MODEL_DIR", help="A folder written by `aiayn train` or `aiayn average`.")
-    ],
+    model: Annotated[
+        str | None, options.model_option("The model folder to upload, written by aiayn train or aiayn average.")
+    ] = None,
     repo_id: Annotated[
         str, typer.Option("--repo-id", metavar="USER/NAME", help="The Hub repository to create or update.")
-    ],
+    ] = ...,
     private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
     revision: Annotated[
         str | None,
@@ -46,11 +46,8 @@ def push(
     ] = False,
     output_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--output-dir",
-            metavar="DIR",
-            help="Where the folder is written (default: MODEL_DIR-hub with --dry-run, a temporary folder otherwise).",
-            show_default=False,
+        options.output_dir_option(
+            "Where the folder to upload is written (default: MODEL-hub with --dry-run, a temporary folder otherwise)."
         ),
     ] = None,
     eval_json: Annotated[
@@ -70,22 +67,45 @@ def push(
     ] = None,
     source_lang: Annotated[
         str | None,
-        typer.Option("--source-lang", "-s", help="Source language (default: from the recipe).", show_default=False),
+        typer.Option(
+            "--source-lang",
+            "-s",
+            metavar="LANG",
+            help="Source language (default: from the recipe).",
+            show_default=False,
+        ),
     ] = None,
     target_lang: Annotated[
         str | None,
-        typer.Option("--target-lang", "-t", help="Target language (default: from the recipe).", show_default=False),
+        typer.Option(
+            "--target-lang",
+            "-t",
+            metavar="LANG",
+            help="Target language (default: from the recipe).",
+            show_default=False,
+        ),
     ] = None,
-    license: Annotated[str, typer.Option("--license", help="License of the model card's metadata.")] = "apache-2.0",
+    license: Annotated[
+        str, typer.Option("--license", metavar="ID", help="License of the model card's metadata.")
+    ] = "apache-2.0",
     dataset: Annotated[
         list[str] | None,
-        typer.Option("--dataset", help="Dataset name(s) for the card (default: from the recipe).", show_default=False),
+        typer.Option(
+            "--dataset",
+            metavar="NAME",
+            help="Dataset name(s) for the card (default: from the recipe).",
+            show_default=False,
+        ),
     ] = None,
+    legacy_model: Annotated[str | None, typer.Argument(hidden=True, show_default=False)] = None,
 ) -> None:
     """Upload a model folder, with its tokenizer, code and model card, to the Hugging Face Hub."""
+    model_dir = Path(options.model_from_argument(model, legacy_model, "push"))
     if "/" not in repo_id or repo_id.count("/") != 1:
         raise AiaynError(f"--repo-id {repo_id!r}: expected USER/NAME")
     evaluation = _read_json(eval_json) if eval_json else None
+    from ...hub.publish import CardInfo, push_folder, stage_folder
+
     info = CardInfo(
         repo_id=repo_id,
         source_lang=source_lang,

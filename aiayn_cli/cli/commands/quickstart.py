@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ...quickstart.pipeline import run_quickstart
+from .. import options
 
 NEXT_STEPS = """\
 The same steps on real data, from any folder (Multi30k from the Hub: bentrevett/multi30k):
@@ -20,15 +20,27 @@ The same steps on real data, from any folder (Multi30k from the Hub: bentrevett/
 
 def quickstart(
     output_dir: Annotated[
-        Path, typer.Option("--output-dir", "-o", help="Where the corpus, tokenizer and run go.")
+        Path, options.output_dir_option("Where the corpus, tokenizer and run go.", show_default=True)
     ] = Path("aiayn-quickstart"),
-    minutes: Annotated[float, typer.Option("--minutes", help="Training time budget in minutes.")] = 2.5,
-    train_pairs: Annotated[int, typer.Option("--train-pairs", min=1000, help="Generated training pairs.")] = 20000,
-    seed: Annotated[int, typer.Option("--seed", help="Seeds the corpus, the model and the batches.")] = 0,
+    minutes: Annotated[float, typer.Option("--minutes", metavar="X", help="Training time budget in minutes.")] = 2.5,
+    train_pairs: Annotated[
+        int, typer.Option("--train-pairs", min=1000, metavar="N", help="Generated training pairs.")
+    ] = 20000,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seeds the corpus, the model and the batches.")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Reuse a non-empty --output-dir.")] = False,
+    progress: Annotated[bool | None, options.progress_option()] = None,
 ) -> None:
     """Run train-tokenizer, train, average, translate and evaluate on a generated English->German corpus."""
-    result = run_quickstart(output_dir, minutes=minutes, train_pairs=train_pairs, seed=seed, overwrite=overwrite)
+    from ...quickstart.pipeline import run_quickstart
+
+    result = run_quickstart(
+        output_dir,
+        minutes=minutes,
+        train_pairs=train_pairs,
+        seed=seed,
+        overwrite=overwrite,
+        show_progress=options.show_progress(progress),
+    )
     typer.echo("\nTranslations of held-out sentences:")
     for source, hypothesis, reference in result.examples:
         typer.echo(f"  EN   {source}\n  AIAYN {hypothesis}\n  REF  {reference}\n")

@@ -9,7 +9,10 @@ import typer
 
 def recipes(
     name: Annotated[
-        str | None, typer.Argument(help="Print this recipe (to copy and edit) instead of the list.", show_default=False)
+        str | None,
+        typer.Argument(
+            metavar="NAME", help="Print this recipe (to copy and edit) instead of the list.", show_default=False
+        ),
     ] = None,
 ) -> None:
     """List the shipped recipes (`aiayn train NAME` runs one from any folder), or print one."""

@@ -15,86 +15,78 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvico
 
 
 def serve(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
-        ),
-    ] = ...,
+    model: options.ModelOpt = ...,
     host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface; mind who can reach it).")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8000,
-    device: Annotated[
-        str, typer.Option("--device", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.")
-    ] = "auto",
-    dtype: Annotated[
         str,
         typer.Option(
-            "--dtype", help="As aiayn translate --dtype (auto: bf16 where the CPU or GPU computes it natively)."
+            "--host", metavar="ADDRESS", help="Address to listen on (0.0.0.0: every interface; mind who can reach it)."
         ),
-    ] = "auto",
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            "--threads",
-            min=1,
-            help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one, "
-            "large batches are split, one part per thread.",
-            show_default=False,
-        ),
-    ] = None,
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, metavar="N", help="Port to listen on.")] = 8000,
+    device: Annotated[str, options.device_option()] = "auto",
+    precision: Annotated[options.Precision, options.precision_option()] = "auto",
+    quantization: Annotated[options.Quantization, options.quantization_option()] = "none",
+    threads: Annotated[int | None, options.threads_option()] = None,
     engine: options.EngineOpt = "torch",
     source_lang: Annotated[
         str | None,
         typer.Option(
             "--source-lang",
             "-s",
+            metavar="LANG",
             help="The language the model reads, for LibreTranslate's API (default: the recipe saved beside the model).",
             show_default=False,
         ),
     ] = None,
     target_lang: Annotated[
         str | None,
-        typer.Option("--target-lang", "-t", help="The language it writes (as --source-lang).", show_default=False),
+        typer.Option(
+            "--target-lang", "-t", metavar="LANG", help="The language it writes (as --source-lang).", show_default=False
+        ),
     ] = None,
     length_penalty_style: Annotated[
         str | None,
         typer.Option(
             "--length-penalty-style",
+            metavar="gnmt|hf",
             help="The length penalty of requests that do not choose one: gnmt ((5 + |Y|) / 6)^alpha, the paper's; "
             "hf |Y|^alpha, as CTranslate2 (default: the model's generation_config).",
             show_default=False,
         ),
     ] = None,
     max_body_bytes: Annotated[
-        int, typer.Option("--max-body-bytes", min=1, rich_help_panel=LIMITS, help="Largest request body (413 above).")
+        int,
+        typer.Option(
+            "--max-body-bytes", min=1, metavar="N", rich_help_panel=LIMITS, help="Largest request body (413 above)."
+        ),
     ] = Limits.max_body_bytes,
     max_sentences: Annotated[
-        int, typer.Option("--max-sentences", min=1, rich_help_panel=LIMITS, help="Sentences per request (422 above).")
+        int,
+        typer.Option(
+            "--max-sentences", min=1, metavar="N", rich_help_panel=LIMITS, help="Sentences per request (422 above)."
+        ),
     ] = Limits.max_sentences,
     max_chars: Annotated[
         int,
-        typer.Option("--max-chars", min=1, rich_help_panel=LIMITS, help="Characters per sentence (422 above)."),
+        typer.Option(
+            "--max-chars", min=1, metavar="N", rich_help_panel=LIMITS, help="Characters per sentence (422 above)."
+        ),
     ] = Limits.max_chars,
     token_budget: Annotated[
         int,
         typer.Option(
             "--token-budget",
             min=1,
+            metavar="N",
             rich_help_panel=LIMITS,
             help="Source tokens of the waiting requests decoded together in one round.",
         ),
     ] = Limits.token_budget,
-    max_tokens: Annotated[
-        int,
-        typer.Option("--max-tokens", min=1, rich_help_panel=LIMITS, help="Source tokens per batch, padding included."),
-    ] = Limits.max_tokens,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, rich_help_panel=LIMITS, help="Sentences per batch.")
-    ] = Limits.batch_size,
+    max_tokens: Annotated[int, options.max_tokens_option(LIMITS)] = Limits.max_tokens,
+    batch_size: Annotated[int, options.batch_size_option(LIMITS)] = Limits.batch_size,
     log_level: Annotated[
-        str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug, trace.")
+        str,
+        typer.Option("--log-level", metavar="LEVEL", help="uvicorn's: critical, error, warning, info, debug, trace."),
     ] = "info",
 ) -> None:
     """Serve a model over HTTP: POST /v1/translate, GET /v1/health, GET /v1/model, docs at /docs, a page at /;
@@ -112,6 +104,7 @@ def serve(
         max_tokens=max_tokens,
         batch_size=batch_size,
     )
+    dtype = options.inference_dtype(precision, quantization)
     run_server(
         model,
         host,

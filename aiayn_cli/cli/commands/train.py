@@ -21,33 +21,37 @@ from ...errors import AiaynError
 from .. import options
 
 PANEL_RUN = "Run"
+# The recipe key each flag sets where its name is not the key's (the others: --max-steps sets max_steps).
+FLAGS = {"model.preset": "--preset", "mixed_precision": "--precision"}
 
 
 def train(
     recipe: Annotated[
         str | None,
         typer.Argument(
+            metavar="RECIPE",
+            show_default=False,
             help="A recipe: a YAML file, or the name of a shipped one (`aiayn recipes` lists them). "
-            "Flags override its keys."
+            "Flags override its keys.",
         ),
     ] = None,
     output_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--output-dir",
-            "-o",
-            rich_help_panel=PANEL_RUN,
-            help="Where checkpoints, metrics and the resolved recipe go.",
-        ),
+        Path | None, options.output_dir_option("Where checkpoints, metrics and the resolved recipe go.", PANEL_RUN)
     ] = None,
     tokenizer: Annotated[
         str | None,
-        typer.Option("--tokenizer", rich_help_panel=PANEL_RUN, help="The folder written by `aiayn train-tokenizer`."),
+        typer.Option(
+            "--tokenizer",
+            metavar="FOLDER",
+            rich_help_panel=PANEL_RUN,
+            help="The folder written by `aiayn train-tokenizer`.",
+        ),
     ] = None,
     resume: Annotated[
         Path | None,
         typer.Option(
             "--resume",
+            metavar="FOLDER",
             rich_help_panel=PANEL_RUN,
             help="Continue from this checkpoint. Default: the newest checkpoint in --output-dir if it holds this run.",
         ),
@@ -62,36 +66,55 @@ def train(
     ] = False,
     preset: Annotated[
         str | None,
-        typer.Option("--preset", rich_help_panel=PANEL_RUN, help="Model size: base, big (Table 3), small, tiny."),
+        typer.Option(
+            "--preset", metavar="NAME", rich_help_panel=PANEL_RUN, help="Model size: base, big (Table 3), small, tiny."
+        ),
     ] = None,
     max_steps: Annotated[
-        int | None, typer.Option("--max-steps", rich_help_panel=PANEL_RUN, help="Stop after this many optimizer steps.")
+        int | None,
+        typer.Option(
+            "--max-steps", metavar="N", rich_help_panel=PANEL_RUN, help="Stop after this many optimizer steps."
+        ),
     ] = None,
     max_epochs: Annotated[
-        int | None, typer.Option("--max-epochs", rich_help_panel=PANEL_RUN, help="Stop after this many epochs.")
+        int | None,
+        typer.Option("--max-epochs", metavar="N", rich_help_panel=PANEL_RUN, help="Stop after this many epochs."),
     ] = None,
     max_time: Annotated[
         str | None,
         typer.Option(
-            "--max-time", rich_help_panel=PANEL_RUN, help="Stop after this much training: minutes, or 90m, 1.5h, 3600s."
+            "--max-time",
+            metavar="TIME",
+            rich_help_panel=PANEL_RUN,
+            help="Stop after this much training: minutes, or 90m, 1.5h, 3600s.",
         ),
     ] = None,
     max_tokens: Annotated[
         int | None,
-        typer.Option("--max-tokens", rich_help_panel=PANEL_RUN, help="Tokens per batch and process, padding included."),
+        typer.Option(
+            "--max-tokens",
+            metavar="N",
+            rich_help_panel=PANEL_RUN,
+            help="Tokens per batch and process, padding included.",
+        ),
     ] = None,
     update_freq: Annotated[
         int | None,
-        typer.Option("--update-freq", rich_help_panel=PANEL_RUN, help="Batches accumulated per optimizer step."),
-    ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", rich_help_panel=PANEL_RUN, help="The run's seed.")] = None,
-    mixed_precision: Annotated[
-        str | None,
         typer.Option(
-            "--mixed-precision",
-            rich_help_panel=PANEL_RUN,
-            help="auto (bf16 where the device computes it natively: AVX512-BF16, AMX, Ampere+; else fp32), "
-            "no (fp32), fp16, bf16, or null (what accelerate launch / accelerate config say). Default: the recipe's, auto.",
+            "--update-freq", metavar="N", rich_help_panel=PANEL_RUN, help="Batches accumulated per optimizer step."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", metavar="N", rich_help_panel=PANEL_RUN, help="The run's seed.")
+    ] = None,
+    precision: Annotated[
+        options.Precision | None,
+        options.precision_option(
+            help="What training computes in: auto (bf16 where the device computes it natively: AVX512-BF16, AMX, "
+            "Ampere+; else fp32), fp32, bf16 or fp16 (default: the recipe's mixed_precision, auto; "
+            "--set mixed_precision=null leaves it to accelerate launch / accelerate config).",
+            panel=PANEL_RUN,
+            show_default=False,
         ),
     ] = None,
     compile: Annotated[
@@ -107,9 +130,7 @@ def train(
             help="Override any recipe key (YAML value), e.g. --set lr_scale=2 --set model.dropout=0.3.",
         ),
     ] = None,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", rich_help_panel=PANEL_RUN, help="Show a progress bar on stderr.")
-    ] = True,
+    progress: Annotated[bool | None, options.progress_option(PANEL_RUN)] = None,
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
     data_dir: options.DataDirOpt = None,
@@ -146,17 +167,20 @@ def train(
         "max_tokens": max_tokens,
         "update_freq": update_freq,
         "seed": seed,
-        "mixed_precision": mixed_precision,
+        "mixed_precision": {"fp32": "no"}.get(precision, precision),  # accelerate's name for fp32
         "compile": compile,
     }
     overrides = options.recipe_overrides(set_values, data, flags)
-    if mixed_precision == "null":  # accelerate config / accelerate launch decide
-        overrides["mixed_precision"] = None
     if recipe is None and not overrides:
         raise AiaynError("give a recipe (a YAML file, or a name that `aiayn recipes` lists) or the keys as flags")
-    resolved = load_recipe(find_recipe(recipe) if recipe is not None else None, overrides)
+    given = {**flags, **{f"data.{name}": value for name, value in data.items()}}
+    named = {key: FLAGS.get(key, "--" + key.removeprefix("data.").replace("_", "-"))
+             for key, value in given.items() if value is not None}  # fmt: skip
+    resolved = load_recipe(find_recipe(recipe) if recipe is not None else None, overrides, flags=named)
     quiet_libraries()
-    result = run_training(resolved, resume=resume, show_progress=progress, accept_new_data=accept_new_data)
+    result = run_training(
+        resolved, resume=resume, show_progress=options.show_progress(progress), accept_new_data=accept_new_data
+    )
     _report(result)
 
 

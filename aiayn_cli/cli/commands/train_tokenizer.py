@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -12,7 +12,7 @@ from .. import options
 
 def train_tokenizer(
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Folder to write tokenizer.json and tokenizer_config.json to.")
+        Path, options.output_dir_option("The folder to write tokenizer.json and tokenizer_config.json to.")
     ],
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
@@ -31,26 +31,32 @@ def train_tokenizer(
     max_ratio: options.MaxRatioOpt = None,
     dedup: options.DedupOpt = False,
     vocab_size: Annotated[
-        int, typer.Option("--vocab-size", help="Size of the joint vocabulary (paper: ~37,000).")
+        int, typer.Option("--vocab-size", metavar="N", help="Size of the joint vocabulary (paper: ~37,000).")
     ] = 37000,
-    model: Annotated[str, typer.Option("--model", help="Subword model: bpe or unigram.")] = "bpe",
+    algorithm: Annotated[
+        Literal["bpe", "unigram"],
+        typer.Option("--algorithm", help="The subword algorithm: BPE (the paper's) or unigram."),
+    ] = "bpe",
     min_frequency: Annotated[
-        int, typer.Option("--min-frequency", help="BPE: fewest occurrences of a pair to merge it.")
+        int, typer.Option("--min-frequency", metavar="N", help="BPE: fewest occurrences of a pair to merge it.")
     ] = 2,
     max_sentences: Annotated[
         int | None,
         typer.Option(
-            "--sample",
-            "--max-sentences",
+            "--sample-size",
+            metavar="N",
             help="Take the BPE statistics from a uniform random sample of this many sentence pairs "
             "(memory grows with the sample, not the corpus; SentencePiece's input_sentence_size).",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the --sample.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --sample-size sample.")] = 0,
     model_max_length: Annotated[
-        int, typer.Option("--model-max-length", help="Longest input in tokens, recorded in tokenizer_config.json.")
+        int,
+        typer.Option(
+            "--model-max-length", metavar="N", help="Longest input in tokens, recorded in tokenizer_config.json."
+        ),
     ] = 1024,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output if it exists.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output-dir if it exists.")] = False,
 ) -> None:
     """Train the shared BPE (or unigram) vocabulary of both languages; it loads with AutoTokenizer."""
     from ...data.tokenization import check_output_dir
@@ -78,7 +84,7 @@ def train_tokenizer(
         spec,
         split=split,
         vocab_size=vocab_size,
-        model=model,
+        model=algorithm,
         min_frequency=min_frequency,
         max_sentences=max_sentences,
         seed=seed,
@@ -88,4 +94,4 @@ def train_tokenizer(
     )
     if tokenizer.cleaning_report is not None:
         typer.echo(tokenizer.cleaning_report, err=True)
-    typer.echo(f"wrote a {model} tokenizer of {len(tokenizer)} tokens to {output}")
+    typer.echo(f"wrote a {algorithm} tokenizer of {len(tokenizer)} tokens to {output}")

@@ -11,10 +11,10 @@ from typing import Annotated, BinaryIO
 
 import typer
 
-from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
+from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
 from ...files import atomic_open, check_output_file
-from .. import options as shared
+from .. import options
 
 DECODING = "Decoding (default: the model's generation_config)"
 BATCHING = "Batching and device"
@@ -24,17 +24,13 @@ def translate(
     sentences: Annotated[
         list[str] | None,
         typer.Argument(
+            metavar="SENTENCE...",
             help="Sentences to translate; without them (and without --input), standard input is read and each "
             "line is translated as soon as it arrives.",
             show_default=False,
         ),
     ] = None,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
-        ),
-    ] = ...,
+    model: options.ModelOpt = ...,
     input: Annotated[
         Path | None,
         typer.Option(
@@ -46,19 +42,18 @@ def translate(
         ),
     ] = None,
     output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FILE",
-            help="Write the translations here (default: standard output).",
-            show_default=False,
-        ),
+        Path | None, options.output_option("Write the translations here (default: standard output).")
     ] = None,
     num_beams: Annotated[
         int | None,
         typer.Option(
-            "--beam", "-b", min=1, rich_help_panel=DECODING, help="Beam size; 1 is greedy search.", show_default=False
+            "--beam",
+            "-b",
+            min=1,
+            metavar="N",
+            rich_help_panel=DECODING,
+            help="Beam size; 1 is greedy search.",
+            show_default=False,
         ),
     ] = None,
     nbest: Annotated[
@@ -66,6 +61,7 @@ def translate(
         typer.Option(
             "--nbest",
             min=1,
+            metavar="N",
             rich_help_panel=DECODING,
             help="Print the N best hypotheses of each input, as N lines 'INDEX ||| TRANSLATION ||| SCORE' (INDEX counts "
             "inputs from 0; SCORE is log p / length penalty; an empty input gives N empty hypotheses of score 0); "
@@ -76,7 +72,7 @@ def translate(
         float | None,
         typer.Option(
             "--length-penalty",
-            "--alpha",
+            metavar="ALPHA",
             rich_help_panel=DECODING,
             help="alpha of the length penalty.",
             show_default=False,
@@ -86,6 +82,7 @@ def translate(
         str | None,
         typer.Option(
             "--length-penalty-style",
+            metavar="gnmt|hf",
             rich_help_panel=DECODING,
             help="gnmt: ((5 + |Y|) / 6)^alpha, the paper's; hf: |Y|^alpha, as generate().",
             show_default=False,
@@ -95,25 +92,30 @@ def translate(
         float | None,
         typer.Option(
             "--max-len-a",
+            metavar="A",
             rich_help_panel=DECODING,
             help="At most a * input length + b tokens per output.",
             show_default=False,
         ),
     ] = None,
     max_len_b: Annotated[
-        int | None, typer.Option("--max-len-b", rich_help_panel=DECODING, help="See --max-len-a.", show_default=False)
+        int | None,
+        typer.Option("--max-len-b", metavar="B", rich_help_panel=DECODING, help="See --max-len-a.", show_default=False),
     ] = None,
     do_sample: Annotated[
         bool, typer.Option("--sample", rich_help_panel=DECODING, help="Sample from the model instead of searching.")
     ] = False,
     temperature: Annotated[
         float | None,
-        typer.Option("--temperature", rich_help_panel=DECODING, help="Sampling temperature.", show_default=False),
+        typer.Option(
+            "--temperature", metavar="T", rich_help_panel=DECODING, help="Sampling temperature.", show_default=False
+        ),
     ] = None,
     top_k: Annotated[
         int | None,
         typer.Option(
             "--top-k",
+            metavar="K",
             rich_help_panel=DECODING,
             help="Sample among the k most likely tokens (0: all).",
             show_default=False,
@@ -123,57 +125,23 @@ def translate(
         float | None,
         typer.Option(
             "--top-p",
+            metavar="P",
             rich_help_panel=DECODING,
             help="Sample within the smallest set of tokens of probability >= p.",
             show_default=False,
         ),
     ] = None,
     seed: Annotated[
-        int | None, typer.Option("--seed", rich_help_panel=DECODING, help="Seed for --sample.", show_default=False)
-    ] = None,
-    on_long: Annotated[
-        str,
-        typer.Option(
-            "--on-long",
-            rich_help_panel=BATCHING,
-            help=f"Inputs longer than the model's limit: {' | '.join(ON_LONG)} (skip gives an empty line).",
-        ),
-    ] = "truncate",
-    max_tokens: Annotated[
-        int,
-        typer.Option(
-            "--max-tokens", min=1, rich_help_panel=BATCHING, help="Source tokens per batch, padding included."
-        ),
-    ] = MAX_TOKENS,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, rich_help_panel=BATCHING, help="Sentences per batch.")
-    ] = BATCH_SIZE,
-    device: Annotated[
-        str,
-        typer.Option(
-            "--device", rich_help_panel=BATCHING, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
-        ),
-    ] = "auto",
-    dtype: Annotated[
-        str,
-        typer.Option(
-            "--dtype",
-            rich_help_panel=BATCHING,
-            help="auto (bf16 where the device computes it natively: AVX512-BF16, AMX, Ampere+; else fp32), "
-            "fp32, bf16, fp16, or int8 (CPUs: int8 weights for the linear maps, float activations).",
-        ),
-    ] = "auto",
-    threads: Annotated[
         int | None,
-        typer.Option(
-            "--threads",
-            min=1,
-            rich_help_panel=BATCHING,
-            help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one, "
-            "which is faster there, and large batches are split, one part per thread. 1 is faster on a busy machine.",
-            show_default=False,
-        ),
+        typer.Option("--seed", metavar="N", rich_help_panel=DECODING, help="Seed for --sample.", show_default=False),
     ] = None,
+    on_long: Annotated[options.OnLong, options.on_long_option(BATCHING)] = "truncate",
+    max_tokens: Annotated[int, options.max_tokens_option(BATCHING)] = MAX_TOKENS,
+    batch_size: Annotated[int, options.batch_size_option(BATCHING)] = BATCH_SIZE,
+    device: Annotated[str, options.device_option(BATCHING)] = "auto",
+    precision: Annotated[options.Precision, options.precision_option(panel=BATCHING)] = "auto",
+    quantization: Annotated[options.Quantization, options.quantization_option(BATCHING)] = "none",
+    threads: Annotated[int | None, options.threads_option(BATCHING)] = None,
     alignment: Annotated[
         bool,
         typer.Option(
@@ -186,26 +154,18 @@ def translate(
         int | None,
         typer.Option(
             "--alignment-layer",
+            metavar="N",
             help="The decoder layer whose averaged heads align (from 1; -1 the last) [default: the last, the best measured].",
             show_default=False,
         ),
     ] = None,
-    engine: shared.EngineOpt = "torch",
-    progress: Annotated[
-        bool | None,
-        typer.Option(
-            "--progress/--no-progress",
-            rich_help_panel=BATCHING,
-            help="Show a progress bar on stderr (default: when translating a file).",
-            show_default=False,
-        ),
-    ] = None,
+    engine: options.EngineOpt = "torch",
+    progress: Annotated[bool | None, options.progress_option(BATCHING)] = None,
 ) -> None:
     """Translate sentences: N lines in, N lines out, in order (an empty line gives an empty line)."""
     _warnings_to_stderr()
-    if on_long not in ON_LONG:
-        raise AiaynError(f"{on_long}: choose one of {', '.join(ON_LONG)}", key="on_long")
-    shared.check_engine(engine)
+    dtype = options.inference_dtype(precision, quantization)
+    options.check_engine(engine)
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
     import torch
@@ -219,7 +179,7 @@ def translate(
     if threads is not None:
         torch.set_num_threads(threads)
     translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
-    options = dict(
+    decoding = dict(
         num_beams=1 if do_sample else num_beams,
         nbest=nbest,
         length_penalty=length_penalty,
@@ -237,22 +197,24 @@ def translate(
     )
     try:
         if alignment:
-            _translate_aligned(translator, sentences, input, output, alignment_layer, options)
+            _translate_aligned(translator, sentences, input, output, alignment_layer, decoding)
         elif sentences:
-            results = translator.translate_nbest(list(sentences), source="argument", **options)
+            results = translator.translate_nbest(list(sentences), source="argument", **decoding)
             _write(results, nbest, output)
         elif input is not None and str(input) != "-":
             with open(input, "rb") as raw:
                 lines = list(decode_lines(raw, source=str(input)))
-            results = translator.translate_nbest(lines, source=str(input), progress=progress is not False, **options)
+            results = translator.translate_nbest(
+                lines, source=str(input), progress=options.show_progress(progress), **decoding
+            )
             _write(results, nbest, output)
         else:
             stream = translator.translate_stream(
                 decode_lines(sys.stdin.buffer, source="stdin"),
                 source="stdin",
                 with_scores=True,
-                progress=bool(progress),
-                **options,
+                progress=bool(progress),  # a stream draws no bar unless asked: it may be typed
+                **decoding,
             )
             _write(stream, nbest, output)
     except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
@@ -271,12 +233,12 @@ def check_paths(input: Path | None, output: Path | None) -> None:
         check_output_file(output, [input], key="output")
 
 
-def _translate_aligned(translator, sentences, input, output, layer, options) -> None:
+def _translate_aligned(translator, sentences, input, output, layer, decoding) -> None:
     """`--alignment`: 'TRANSLATION ||| i-j ...' per input line."""
     from ...decoding.translator import decode_lines
     from ...inspection.alignment import translate_aligned
 
-    if options["nbest"] != 1 or options["do_sample"]:
+    if decoding["nbest"] != 1 or decoding["do_sample"]:
         raise AiaynError("--alignment prints the best translation's alignment: use it without --nbest or --sample")
     if sentences:
         lines, source = list(sentences), "argument"
@@ -287,8 +249,8 @@ def _translate_aligned(translator, sentences, input, output, layer, options) -> 
             lines, source = list(decode_lines(raw, source=str(input))), str(input)
     else:
         lines, source = list(decode_lines(sys.stdin.buffer, source="stdin")), "stdin"
-    decoding = {k: v for k, v in options.items() if k not in ("max_tokens", "batch_size", "on_long", "nbest")}
-    results = translate_aligned(translator, lines, layer, on_long=options["on_long"], source=source, **decoding)
+    search = {k: v for k, v in decoding.items() if k not in ("max_tokens", "batch_size", "on_long", "nbest")}
+    results = translate_aligned(translator, lines, layer, on_long=decoding["on_long"], source=source, **search)
     _write([[(f"{text} ||| {links}", 0.0)] for text, links in results], 1, output)
 
 

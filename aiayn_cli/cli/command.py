@@ -1,0 +1,206 @@
+"""How every `aiayn` command parses and shows its options: `Command` (the click class Typer builds
+each command with) and `Group` (the root).
+
+* Help reads as written: rich markup is off for help text (a bracketed "[default: ...]" stays), and
+  the placeholder column shows the option's metavar (FILE, N, auto|fp32|bf16|fp16), never a Python
+  type name; a flag shows none.
+* Old spellings keep working for one version: `RENAMED` lists, per command, the flags (and flag
+  values) that were renamed; such a spelling is rewritten to the new one before parsing, with a
+  one-line notice on stderr.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import typer
+from typer import _click as click  # the click that typer vendors (since 0.2x); its classes are typer's own
+from typer.core import TyperCommand, TyperGroup
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """An old spelling `old` of a flag, now `new`; `values` maps old values to the new tokens
+    (`--dtype int8` -> `--quantization int8`). With `values` and `new` equal to `old`, only those
+    values are renamed."""
+
+    old: str
+    new: str
+    values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def rewrite(self, value: str | None) -> tuple[list[str], str]:
+        """The new tokens for `old VALUE` (or the flag alone), and the notice's suggestion."""
+        if value is not None and value in self.values:
+            tokens = list(self.values[value])
+        else:
+            tokens = [self.new] + ([value] if value is not None else [])
+        return tokens, " ".join(tokens)
+
+
+PRECISION_VALUES = {"int8": ("--quantization", "int8")}
+
+# Spellings of the previous version, per command; they go away in the next one.
+RENAMED: dict[str, list[Renamed]] = {
+    "train-tokenizer": [
+        Renamed("--output", "--output-dir"),
+        Renamed("--model", "--algorithm"),
+        Renamed("--sample", "--sample-size"),
+        Renamed("--max-sentences", "--sample-size"),
+    ],
+    "train": [
+        Renamed(
+            "--mixed-precision",
+            "--precision",
+            values={"no": ("--precision", "fp32"), "null": ("--set", "mixed_precision=null")},
+        )
+    ],
+    "average": [Renamed("--output", "--output-dir")],
+    "translate": [Renamed("--dtype", "--precision", PRECISION_VALUES), Renamed("--alpha", "--length-penalty")],
+    "serve": [Renamed("--dtype", "--precision", PRECISION_VALUES)],
+    "export": [
+        Renamed("--output", "--output-dir"),
+        Renamed(
+            "--quantization",
+            "--quantization",
+            values={
+                "float32": ("--precision", "fp32"),
+                "float16": ("--precision", "fp16"),
+                "int8_float32": ("--quantization", "int8"),
+            },
+        ),
+    ],
+    "attention": [
+        Renamed("--output", "--output-dir"),
+        Renamed("-r", "--reference"),
+        Renamed("--reference-file", "--references"),
+    ],
+}
+
+
+def rewrite_renamed(command: str, args: list[str], flags_with_values: set[str]) -> list[str]:
+    """`args` with the old spellings of `command` replaced by the new ones, one notice line each on
+    stderr. Nothing after `--` is touched; `flags_with_values`: the old flags that take a value."""
+    renamed = {r.old: r for r in RENAMED.get(command, [])}
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return out + args[i:]
+        flag, sep, attached = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        rename = renamed.get(flag)
+        if rename is None:
+            out.append(arg)
+            i += 1
+            continue
+        if sep:
+            value, i = attached, i + 1
+        elif flag in flags_with_values and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+        else:
+            value, i = None, i + 1
+        tokens, suggestion = rename.rewrite(value)
+        if tokens == [flag] + ([value] if value is not None else []):
+            out.extend(tokens)  # a value that kept its name (export --quantization int8)
+            continue
+        shown = flag if value is None else f"{flag} {value}"
+        typer.echo(f"warning: {shown} is deprecated and goes away in the next version; use {suggestion}", err=True)
+        out.extend(tokens)
+    return out
+
+
+def _placeholder(param: click.Parameter, ctx: click.Context) -> str | None:
+    """What the help's placeholder column shows: the metavar, the choices, or nothing (a flag, or an
+    argument, whose metavar is already its name)."""
+    if param.param_type_name == "argument" or getattr(param, "is_flag", False):
+        return None
+    if param.metavar is not None:
+        return param.metavar
+    choices = getattr(getattr(param, "type_descriptor", None), "choices", None)
+    return "|".join(map(str, choices)) if choices else None
+
+
+@contextmanager
+def _plain_help(command: click.Command) -> Iterator[None]:
+    """While help is drawn: texts with rich markup escaped (rich would swallow "[default: x]")."""
+    from rich.markup import escape
+
+    saved = [(param, param.help) for param in command.params if getattr(param, "help", None)]
+    saved_command = command.help
+    try:
+        for param, text in saved:
+            param.help = escape(text)
+        if command.help:
+            command.help = escape(command.help)
+        yield
+    finally:
+        for param, text in saved:
+            param.help = text
+        command.help = saved_command
+
+
+class Command(TyperCommand):
+    """A Typer command whose help reads as written and which accepts its old spellings for a version."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        for param in params:  # --help too, which click adds here
+            param.display_type_rich = lambda ctx, param=param: _placeholder(param, ctx)  # type: ignore[attr-defined]
+        return params
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        """The usage line, without the hidden arguments of old spellings."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if self.name in RENAMED:
+            takes_value = {r.old for r in RENAMED[self.name] if self._takes_value(r.new)}
+            args = rewrite_renamed(self.name, args, takes_value)
+        return super().parse_args(ctx, args)
+
+    def _takes_value(self, flag: str) -> bool:
+        return any(flag in param.opts and not getattr(param, "is_flag", False) for param in self.params)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with _plain_help(self):
+            super().format_help(ctx, formatter)
+
+
+class Group(TyperGroup):
+    """The root `aiayn` group: the commands' one-line summaries shown as written too."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        commands = [self.commands[name] for name in self.list_commands(ctx)]
+        from rich.markup import escape
+
+        saved = [(command, command.help) for command in commands]
+        try:
+            for command, text in saved:
+                command.help = escape(text) if text else text
+            super().format_help(ctx, formatter)
+        finally:
+            for command, text in saved:
+                command.help = text
+
+
+UsageError = click.exceptions.ClickException
+NoArgsIsHelpError = click.exceptions.NoArgsIsHelpError
+
+
+def one_line(err: UsageError) -> str:
+    """A click usage error (unknown option, bad value, missing argument) as one line; a bad value as
+    `--flag: what is wrong`."""
+    message = " ".join(err.format_message().split())
+    param = getattr(err, "param", None)
+    if isinstance(err, click.exceptions.BadParameter) and param is not None and getattr(param, "opts", None):
+        flag = max(param.opts, key=len)
+        message = f"{flag}: " + " ".join(str(err.message).removeprefix("Value error, ").split())
+    ctx = getattr(err, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return f"error: {message}{hint}"
