@@ -1,4 +1,4 @@
-"""The precision a run computes in, chosen by the hardware: `mixed_precision: auto`, `--dtype auto`.
+"""The precision a run computes in, chosen by the hardware: `mixed_precision: auto`, `--precision auto`.
 
 bf16 halves the memory traffic and, where the device has bf16 matrix units, runs matrix products
 two to three times faster than fp32. Where it has none the products are emulated, many times
@@ -123,7 +123,7 @@ def choose_precision(requested: str | None, device: str | torch.device = "cpu") 
 def _emulated_warning(name: str, why: str, slower: float) -> str:
     return (
         f"warning: {name} is emulated here ({why}): a matrix product in {name} takes {slower:.1f}x as long "
-        f"as in fp32 on this CPU, measured just now; mixed_precision: auto (--mixed-precision auto) "
+        f"as in fp32 on this CPU, measured just now; mixed_precision: auto (--precision auto) "
         f"chooses fp32 here"
     )
 
@@ -172,7 +172,7 @@ def machine_summary() -> str:
 
 
 def inference_dtype(device: str | torch.device = "cpu") -> torch.dtype:
-    """`--dtype auto`: bf16 where `device` computes it natively, else fp32."""
+    """`--precision auto` of inference: bf16 where `device` computes it natively, else fp32."""
     native, _ = native_bf16(device)
     return torch.bfloat16 if native else torch.float32
 

@@ -598,7 +598,7 @@ def test_decoding_follows_weights_changed_in_place():
 
 
 # ---------------------------------------------------------------------------------------------
-# int8 decoding (`aiayn translate --dtype int8`)
+# int8 decoding (`aiayn translate --quantization int8`)
 # ---------------------------------------------------------------------------------------------
 
 

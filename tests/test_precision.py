@@ -1,4 +1,4 @@
-"""`mixed_precision: auto` and `--dtype auto`: bf16 only where the hardware computes it natively.
+"""`mixed_precision: auto` and `--precision auto`: bf16 only where the hardware computes it natively.
 
 The CPU's answers are passed in (or patched), so every case runs on any machine."""
 

@@ -117,9 +117,8 @@ def main(restart: bool = False) -> None:
             from ..allocator import restart_with_a_faster_allocator
 
             restart_with_a_faster_allocator()
-        code = app(standalone_mode=False)
-        if isinstance(code, int) and code:
-            sys.exit(code)
+        code = app(standalone_mode=False)  # a usage error comes back here, to be one line
+        sys.exit(code if isinstance(code, int) else 0)
     except NoArgsIsHelpError as err:  # `aiayn`, `aiayn train-tokenizer`: the help
         typer.echo(err.format_message())
         sys.exit(0)

@@ -198,9 +198,12 @@ def one_line(err: UsageError) -> str:
     `--flag: what is wrong`."""
     message = " ".join(err.format_message().split())
     param = getattr(err, "param", None)
-    if isinstance(err, click.exceptions.BadParameter) and param is not None and getattr(param, "opts", None):
+    bad_value = isinstance(err, click.exceptions.BadParameter) and not isinstance(
+        err, click.exceptions.MissingParameter
+    )
+    if bad_value and param is not None and getattr(param, "opts", None):
         flag = max(param.opts, key=len)
         message = f"{flag}: " + " ".join(str(err.message).removeprefix("Value error, ").split())
     ctx = getattr(err, "ctx", None)
-    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    hint = f" (see aiayn {ctx.info_name} --help)" if ctx is not None and ctx.parent is not None else ""
     return f"error: {message}{hint}"
