@@ -552,6 +552,8 @@ def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
         "evaluate",
         "--model",
         model,
+        "--precision",
+        "fp32",  # what the check below translates in
         "--data-dir",
         data,
         "-s",

@@ -97,7 +97,20 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, 
     (data / "val.en").write_text("\n".join(sources) + "\n")
     (data / "val.de").write_text("\n".join(by_alpha[2.0]) + "\n")  # alpha 2 scores 100
     before = json.loads((folder / "generation_config.json").read_text())
-    args = ["--model", folder, "--data-dir", data, "-s", "en", "-t", "de", "--split", "validation"]
+    args = [
+        "--model",
+        folder,
+        "--precision",
+        "fp32",
+        "--data-dir",
+        data,
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--split",
+        "validation",
+    ]
     code, _, err = cli_here(
         monkeypatch, capsys, "evaluate", *args, "--length-penalty-grid", "0,2", "--save-length-penalty",
         "-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json",

@@ -22,7 +22,10 @@ builds its `DataSpec` with `data_spec(...)`:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -177,6 +180,65 @@ def inference_dtype(precision: str, quantization: str = "none") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Decoding: the options of `DecodingOptions`, generated from its one definition
+# ---------------------------------------------------------------------------------------------
+
+DECODING = "Decoding (default: the model's generation_config)"
+
+
+def decoding_parameters(exclude: tuple[str, ...] = (), panel: str = DECODING) -> list[inspect.Parameter]:
+    """One Typer option per field of `DecodingOptions` that has a `Flag` (but those in `exclude`),
+    each None by default (the model's generation_config decides), `--sample` a flag."""
+    from typing import get_type_hints
+
+    from ..decoding.defaults import DecodingOptions, decoding_flags
+
+    types = get_type_hints(DecodingOptions)
+    parameters = []
+    for name, spec in decoding_flags().items():
+        if name in exclude:
+            continue
+        kind = types[name]
+        if spec.choices:
+            kind = Literal[spec.choices]  # type: ignore[valid-type]
+        decls = [spec.flag, *([spec.short] if spec.short else [])]
+        if kind is bool:
+            info = typer.Option(*decls, help=spec.help, rich_help_panel=panel)
+            annotation, default = Annotated[bool, info], False
+        else:
+            info = typer.Option(*decls, metavar=spec.metavar, help=spec.help, rich_help_panel=panel, show_default=False)
+            annotation, default = Annotated[kind | None, info], None
+        parameters.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
+    return parameters
+
+
+def with_decoding_options(exclude: tuple[str, ...] = (), panel: str = DECODING) -> Callable:
+    """A command decorator: the command takes the decoding options (`decoding_parameters`) and receives
+    them as one argument, `decoding`, a dict of the `DecodingOptions` overrides given (checked:
+    `aiayn_cli.decoding.defaults.given_options`)."""
+
+    def wrap(command: Callable) -> Callable:
+        from ..decoding.defaults import given_options
+
+        signature = inspect.signature(command, eval_str=True)
+        added = decoding_parameters(exclude, panel)
+        names = [p.name for p in added]
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name in names}
+            return command(**kwargs, decoding=given_options(values))
+
+        kept = [p for p in signature.parameters.values() if p.name != "decoding"]
+        run.__signature__ = signature.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+        return run
+
+    return wrap
+
+
+# ---------------------------------------------------------------------------------------------
 # Parallel data
 # ---------------------------------------------------------------------------------------------
 
@@ -323,24 +385,20 @@ DedupOpt = Annotated[
 
 # Decoding engines (`aiayn translate`, `aiayn evaluate --model`, `aiayn serve`)
 
-EngineOpt = Annotated[
-    str,
-    typer.Option(
+
+def engine_option(panel: str | None = None) -> Any:
+    """`--engine torch|ctranslate2`: which decoder runs the model."""
+    return typer.Option(
         "--engine",
+        metavar="torch|ctranslate2",
+        rich_help_panel=panel,
         help="torch: aiayn's decoder (every option; the paper's GNMT length penalty). ctranslate2: the model "
         "converted once for CTranslate2 (kept in the cache folder, $AIAYN_CACHE) and decoded there; its beam "
-        "search needs --length-penalty-style hf; --dtype int8 is its int8.",
-    ),
-]
-LengthPenaltyStyleOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--length-penalty-style",
-        help="gnmt: ((5 + |Y|) / 6)^alpha, the paper's; hf: |Y|^alpha, as generate() and CTranslate2 "
-        "(default: the model's generation_config).",
-        show_default=False,
-    ),
-]
+        "search needs --length-penalty-style hf; --quantization int8 is its int8.",
+    )
+
+
+EngineOpt = Annotated[str, engine_option()]
 
 
 def check_engine(engine: str) -> None:
@@ -400,7 +458,6 @@ __all__ = [
     "DatasetOpt",
     "DedupOpt",
     "EngineOpt",
-    "LengthPenaltyStyleOpt",
     "MaxLengthOpt",
     "MaxRatioOpt",
     "PrefixOpt",

@@ -131,6 +131,11 @@ class DataSpec:
                 "{source_lang} and {target_lang} are required for this data source",
                 mentions=("source_lang", "target_lang"),
             )
+        if self.source_lang and self.source_lang == self.target_lang:
+            raise AiaynError(
+                f"{{source_lang}} and {{target_lang}} are both {self.source_lang}: a translation has two languages",
+                mentions=("source_lang", "target_lang"),
+            )
         if self.max_length is not None and self.max_length < 1:
             raise AiaynError(f"must be at least 1, got {self.max_length}", key="max_length")
         if self.max_ratio is not None and self.max_ratio < 1:

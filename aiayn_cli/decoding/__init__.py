@@ -1,13 +1,13 @@
 """Decoding (§6.1): the searches (`search`: beam search with GNMT's length penalty, sampling), the
 incremental decoder they drive (`incremental`), and `Translator`, which turns text into text
-(`translator`). `defaults` holds the limits the command line shows without importing torch."""
+(`translator`). `defaults` declares the decoding options and the limits, without importing torch."""
 
 from typing import TYPE_CHECKING
 
 from .. import lazy_exports
 
 _EXPORTS = {
-    "DecodingOptions": ".search",
+    "DecodingOptions": ".defaults",
     "Hypothesis": ".search",
     "decode": ".search",
     "Translator": ".translator",
@@ -15,7 +15,8 @@ _EXPORTS = {
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .search import DecodingOptions, Hypothesis, decode
+    from .defaults import DecodingOptions
+    from .search import Hypothesis, decode
     from .translator import Translator
 
 __all__ = ["DecodingOptions", "Hypothesis", "Translator", "decode"]

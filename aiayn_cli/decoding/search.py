@@ -33,92 +33,18 @@ import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
+from .defaults import LENGTH_PENALTY_STYLES, DecodingOptions
 from .incremental import IncrementalDecoder, PreparedModel
 
-LENGTH_PENALTY_STYLES = ("gnmt", "hf")
-
-
-# ---------------------------------------------------------------------------------------------
-# Options: the model's generation_config (§6.1 defaults), overridden by the caller
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class DecodingOptions:
-    """How to decode. `DecodingOptions.from_generation_config` reads a model's saved defaults.
-
-    Args:
-        num_beams: beam size; 1 is greedy search (or sampling, with `do_sample`).
-        length_penalty: alpha of the length penalty; 0 ranks by summed log-probability.
-        length_penalty_style: "gnmt", ((5 + |Y|) / 6) ** alpha (the paper's [38]), or "hf", |Y| ** alpha.
-        max_len_a, max_len_b: at most `max_len_a * |x| + max_len_b` tokens before `</s>`.
-        min_len: `</s>` is not allowed before this many tokens (0: no minimum).
-        nbest: hypotheses returned per sentence (at most num_beams; with sampling, the number of samples).
-        do_sample: sample from the model's distribution instead of searching.
-        temperature, top_k, top_p: sampling filters (top_k 0 and top_p 1.0 disable them).
-        seed: seed of the sampling generator (None: not seeded).
-    """
-
-    num_beams: int = 4
-    length_penalty: float = 0.6
-    length_penalty_style: str = "gnmt"
-    max_len_a: float = 1.0
-    max_len_b: int = 50
-    min_len: int = 0
-    nbest: int = 1
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
-
-    @classmethod
-    def from_generation_config(cls, generation_config, **overrides) -> DecodingOptions:
-        """Defaults from a `GenerationConfig` (fields it lacks keep the paper's values), then the
-        `overrides` that are not None."""
-        saved = {}
-        if generation_config is not None:
-            for f in fields(cls):
-                value = getattr(generation_config, f.name, None)
-                if value is not None:
-                    saved[f.name] = value
-            if not saved.get("do_sample"):  # generate()'s sampling defaults mean nothing for search
-                for name in ("top_k", "top_p", "temperature"):
-                    saved.pop(name, None)
-        options = replace(cls(**saved), **{k: v for k, v in overrides.items() if v is not None})
-        return options
-
-    def validate(self) -> None:
-        """Raise `AiaynError` (a `ValueError`), keyed by the option, for values that cannot be decoded with."""
-        for name in ("length_penalty", "max_len_a", "temperature", "top_p"):
-            if not math.isfinite(getattr(self, name)):
-                raise AiaynError(f"must be a finite number, got {getattr(self, name)}", key=name)
-        if self.num_beams < 1:
-            raise AiaynError(f"must be >= 1, got {self.num_beams}", key="num_beams")
-        if self.length_penalty_style not in LENGTH_PENALTY_STYLES:
-            raise AiaynError(
-                f"must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {self.length_penalty_style!r}",
-                key="length_penalty_style",
-            )
-        if self.nbest < 1 or (not self.do_sample and self.nbest > self.num_beams):
-            raise AiaynError(f"must be between 1 and the beam size ({self.num_beams}), got {self.nbest}", key="nbest")
-        for name in ("max_len_a", "max_len_b", "min_len"):
-            if getattr(self, name) < 0:
-                raise AiaynError(f"must be >= 0, got {getattr(self, name)}", key=name)
-        if self.temperature <= 0:
-            raise AiaynError(f"must be > 0, got {self.temperature}", key="temperature")
-        if self.top_k < 0:
-            raise AiaynError(f"must be >= 0, got {self.top_k}", key="top_k")
-        if not 0.0 < self.top_p <= 1.0:
-            raise AiaynError(f"must be in (0, 1], got {self.top_p}", key="top_p")
+# The options (`DecodingOptions`, what they take, how each front end spells them) are declared in
+# `defaults.py`, which needs no torch; the searches below read them.
 
 
 def length_penalty(length: int, alpha: float, style: str = "gnmt") -> float:

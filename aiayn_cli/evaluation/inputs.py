@@ -83,6 +83,8 @@ def inputs_from_split(
     progress: bool = True,
     length_penalty_grid: Sequence[float] | None = None,
     engine: str = "torch",
+    device: str | None = None,
+    dtype: str | None = None,
     decoding: dict | None = None,
 ) -> ScoringInputs:
     """References from a data split (`DataSpec`); hypotheses from a file, or translated from the
@@ -91,7 +93,8 @@ def inputs_from_split(
 
     `length_penalty_grid`: with `model`, choose alpha on this split as the paper did on its
     development set (`choose_length_penalty`: one beam search re-ranked per alpha); the hypotheses are
-    the chosen alpha's."""
+    the chosen alpha's. `device`, `dtype`: where and in what `model` runs (`Translator.from_pretrained`);
+    `decoding`: `translate` options (beam, length penalty, batching) over the model's generation_config."""
     from ..data.corpus import load_split
 
     if (hypotheses is None) == (model is None):
@@ -113,8 +116,9 @@ def inputs_from_split(
     if model is not None:
         from ..decoding.translator import Translator
 
-        translator = Translator.from_pretrained(model, engine=engine)
-        translator.defaults = {k: v for k, v in (decoding or {}).items() if v is not None}
+        translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
+        batching = {k: v for k, v in (decoding or {}).items() if k in ("max_tokens", "batch_size")}
+        translator.defaults = {k: v for k, v in (decoding or {}).items() if v is not None and k not in batching}
         if length_penalty_grid is not None:
             from .length_penalty import choose_length_penalty
 
@@ -123,6 +127,7 @@ def inputs_from_split(
                 list(data["source"]),
                 list(data["target"]),
                 list(length_penalty_grid),
+                max_tokens=(decoding or {}).get("max_tokens", 4096),
                 progress=progress,
                 source=split,
             )
@@ -130,7 +135,7 @@ def inputs_from_split(
             description["length_penalty"] = choice.alpha
             description["length_penalty_bleu"] = {f"{alpha:g}": bleu for alpha, bleu in choice.bleu.items()}
         else:
-            hyps = translator.translate(list(data["source"]), progress=progress, source=split)
+            hyps = translator.translate(list(data["source"]), progress=progress, source=split, **batching)
         description["model"] = model
         if engine != "torch":
             description["engine"] = engine

@@ -12,7 +12,7 @@ folder beside the output and moved in at the end: a mistake leaves nothing half-
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AiaynError
@@ -45,6 +45,7 @@ class AttentionRequest:
     alignment_layer: int | None = None
     device: str = "auto"
     precision: str = "fp32"  # auto, fp32, bf16 or fp16
+    decoding: dict = field(default_factory=dict)  # DecodingOptions overrides for the model's own translation
 
 
 def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
@@ -55,7 +56,7 @@ def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
     sources, references = _inputs(request)
     _check_options(request)
     translator = Translator.from_pretrained(request.model, device=request.device, dtype=request.precision)
-    explanations = explain(translator, None, sources, references)
+    explanations = explain(translator, None, sources, references, **request.decoding)
     for ex in explanations[:1]:  # the same model for all: check the ranges once, before writing
         for kind in request.kinds:
             check_layer_head(ex, kind, request.layer, request.head)

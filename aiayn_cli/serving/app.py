@@ -26,15 +26,16 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 from dataclasses import asdict
-from typing import Annotated, Literal
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 
+from ..decoding.defaults import ON_LONG, DecodingOptions, decoding_flags, given_options
 from ..decoding.translator import Translator
 from ..errors import AiaynError
 from ..inspection.explorer import with_explorer
@@ -46,28 +47,37 @@ from .limits import Limits
 # The schema (also the OpenAPI schema at /openapi.json and the docs at /docs)
 # ---------------------------------------------------------------------------------------------
 
-Finite = dict(allow_inf_nan=False)
+
+def request_schema() -> type[BaseModel]:
+    """`TranslateRequest`, generated from `DecodingOptions`: one field per option (the flag's name
+    without dashes: `beam`, `top_k`), its bounds (and the server's own, `request_high`), its help."""
+    from typing import get_type_hints
+
+    types = get_type_hints(DecodingOptions)
+    fields: dict = {
+        "text": (str | list[str], Field(description="A sentence, or a list of sentences (one translation each)."))
+    }
+    for name, spec in decoding_flags().items():
+        kind = Literal[spec.choices] if spec.choices else types[name]  # type: ignore[valid-type]
+        if kind is bool:
+            fields[spec.request_name] = (bool, Field(False, description=spec.help))
+            continue
+        bounds = {"gt" if spec.above_low else "ge": spec.low, "le": spec.request_high or spec.high}
+        bounds = {key: value for key, value in bounds.items() if value is not None}
+        if types[name] in (float, float | None):
+            bounds["allow_inf_nan"] = False
+        fields[spec.request_name] = (kind | None, Field(None, description=spec.help, **bounds))
+    fields["alignment"] = (bool, Field(False, description="Word alignments (not available in this version: 422)."))
+    fields["on_long"] = (Literal[ON_LONG], Field("truncate", description="An input longer than the model's limit."))
+    return create_model(
+        "TranslateRequest",
+        __config__=ConfigDict(extra="forbid"),
+        __doc__="The options of `aiayn translate`; those left out take the model's generation_config values.",
+        **fields,
+    )
 
 
-class TranslateRequest(BaseModel):
-    """The options of `aiayn translate`; those left out take the model's generation_config values."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    text: str | list[str] = Field(description="A sentence, or a list of sentences (one translation each).")
-    beam: Annotated[int | None, Field(ge=1, le=32, description="Beam size; 1 is greedy search.")] = None
-    nbest: Annotated[int, Field(ge=1, le=32, description="Hypotheses per sentence (at most beam).")] = 1
-    alignment: bool = Field(False, description="Word alignments (not available in this version: 422).")
-    length_penalty: Annotated[float | None, Field(ge=-10, le=10, **Finite, description="alpha.")] = None
-    length_penalty_style: Literal["gnmt", "hf"] | None = None
-    max_len_a: Annotated[float | None, Field(ge=0, le=10, **Finite)] = None
-    max_len_b: Annotated[int | None, Field(ge=0, le=1024)] = None
-    sample: bool = Field(False, description="Sample instead of searching (beam 1).")
-    temperature: Annotated[float | None, Field(ge=0.01, le=100, **Finite)] = None
-    top_k: Annotated[int | None, Field(ge=0, le=1_000_000)] = None
-    top_p: Annotated[float | None, Field(gt=0, le=1, **Finite)] = None
-    seed: Annotated[int | None, Field(ge=0, le=2**63 - 1)] = None
-    on_long: Literal["truncate", "skip", "error"] = "truncate"
+TranslateRequest = request_schema()
 
 
 class Hypothesis(BaseModel):
@@ -92,22 +102,14 @@ class ErrorResponse(BaseModel):
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 413, 422)}
 
 
-def decoding_overrides(request: TranslateRequest) -> dict:
+# The request's field for each option: its flag without dashes (`num_beams` -> `beam`).
+REQUEST_FIELDS = {name: spec.request_name for name, spec in decoding_flags().items()}
+
+
+def decoding_overrides(request: BaseModel) -> dict:
     """The `Translator.translate_nbest` options of a request, as `aiayn translate` builds them."""
-    return dict(
-        num_beams=1 if request.sample else request.beam,
-        nbest=request.nbest,
-        length_penalty=request.length_penalty,
-        length_penalty_style=request.length_penalty_style,
-        max_len_a=request.max_len_a,
-        max_len_b=request.max_len_b,
-        do_sample=request.sample or None,
-        temperature=request.temperature,
-        top_k=request.top_k,
-        top_p=request.top_p,
-        seed=request.seed,
-        on_long=request.on_long,
-    )
+    given = given_options({name: getattr(request, field) for name, field in REQUEST_FIELDS.items()})
+    return {**given, "on_long": request.on_long}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,9 +174,9 @@ async def translate_request(
     (in the request's names: `field` holds the sentences) for a request that breaks a limit or asks
     for what cannot be decoded."""
     sentences = check_sentences(body, limits, field)
-    options = decoding_overrides(body)
-    on_long = options.pop("on_long")
     try:
+        options = decoding_overrides(body)
+        on_long = options.pop("on_long")
         translator.decoding_options(**options)
         ids = translator.encode(sentences, on_long=on_long, source=f"{field} item", first_line=0)
     except AiaynError as err:  # in the request's own names
@@ -199,10 +201,6 @@ def check_sentences(body: TranslateRequest, limits: Limits, field: str = "text")
         except UnicodeEncodeError:
             raise AiaynError(f"{field} item {i}: not valid Unicode (a lone surrogate escape)") from None
     return sentences
-
-
-# The request's field for each library key whose name differs (the others are the same).
-REQUEST_FIELDS = {"num_beams": "beam", "do_sample": "sample"}
 
 
 def request_names(err: AiaynError, field: str = "text") -> str:

@@ -14,6 +14,7 @@ NARROW = "Narrowing and merging"
 TRAINING = "Over training"
 
 
+@options.with_decoding_options(exclude=("nbest",))
 def attention(
     sentences: Annotated[
         list[str] | None, typer.Argument(metavar="SENTENCE...", help="Source sentences to explain.", show_default=False)
@@ -158,6 +159,7 @@ def attention(
             "--sample-size", min=1, metavar="N", rich_help_panel=TRAINING, help="With --checkpoints: pairs for AER."
         ),
     ] = 200,
+    decoding: dict | None = None,
 ) -> None:
     """Show the model's attention for sentences: its own translation, or a reference (--reference).
 
@@ -193,6 +195,7 @@ def attention(
         alignment_layer=alignment_layer,
         device=device,
         precision=precision,
+        decoding={k: v for k, v in (decoding or {}).items() if v is not None},
     )
     written, text = attention_report(request)
     if text:

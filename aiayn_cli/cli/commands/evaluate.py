@@ -7,11 +7,17 @@ from typing import Annotated
 
 import typer
 
+from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
 from ...evaluation.scoring import METRICS
 from .. import options
 
+TRANSLATING = "Translating (with --model)"
 
+
+@options.with_decoding_options(
+    exclude=("nbest",), panel="Decoding (with --model; default: the model's generation_config)"
+)
 def evaluate(
     hypotheses: Annotated[
         Path | None,
@@ -87,8 +93,6 @@ def evaluate(
             help="With --length-penalty-grid: write the chosen alpha into the model folder's generation_config.json.",
         ),
     ] = False,
-    engine: options.EngineOpt = "torch",
-    length_penalty_style: options.LengthPenaltyStyleOpt = None,
     dataset: options.DatasetOpt = None,
     dataset_config: options.DatasetConfigOpt = None,
     data_dir: options.DataDirOpt = None,
@@ -101,6 +105,14 @@ def evaluate(
     split: Annotated[
         str, typer.Option("--split", metavar="SPLIT", help="The data split to score on (with data options).")
     ] = "test",
+    engine: Annotated[str, options.engine_option(TRANSLATING)] = "torch",
+    device: Annotated[str, options.device_option(TRANSLATING)] = "auto",
+    precision: Annotated[options.Precision, options.precision_option(panel=TRANSLATING)] = "auto",
+    quantization: Annotated[options.Quantization, options.quantization_option(TRANSLATING)] = "none",
+    max_tokens: Annotated[int, options.max_tokens_option(TRANSLATING)] = MAX_TOKENS,
+    batch_size: Annotated[int, options.batch_size_option(TRANSLATING)] = BATCH_SIZE,
+    progress: Annotated[bool | None, options.progress_option(TRANSLATING)] = None,
+    decoding: dict | None = None,
 ) -> None:
     """Score translations against references: files, a dataset split, or a model translating that split.
 
@@ -118,6 +130,7 @@ def evaluate(
         {"json_path": json_path, "output": output},
         [*([hypotheses] if hypotheses else []), *(references or []), source_file, target_file, data_file, prefix],
     )
+    _check_not_the_hypotheses(hypotheses, references)
     if output is not None and model is None:
         raise AiaynError("writes the translations of {model}; without it there is nothing to write",
                          key="output", mentions=("model",))  # fmt: skip
@@ -129,9 +142,10 @@ def evaluate(
         if model is not None and not Path(model).is_dir():
             raise AiaynError(f"writes into a local model folder; {model} is not one", key="save_length_penalty")
     options.check_engine(engine)
-    if model is None and (engine != "torch" or length_penalty_style is not None):
+    given = [key for key, value in (decoding or {}).items() if value is not None]
+    if model is None and (engine != "torch" or given):
         raise AiaynError("decodes with {model}; without it nothing is decoded",
-                         key="engine" if engine != "torch" else "length_penalty_style", mentions=("model",))  # fmt: skip
+                         key="engine" if engine != "torch" else given[0], mentions=("model",))  # fmt: skip
     data_given = any(v is not None for v in (dataset, data_dir, prefix, source_file, target_file, data_file))
     if data_given:
         if references:
@@ -151,6 +165,10 @@ def evaluate(
         if grid is not None and "test" in split.lower():
             typer.echo(f"warning: choosing alpha on the {split} split makes its score optimistic; "
                        "choose on the validation split, then score the test split", err=True)  # fmt: skip
+        translating = {k: v for k, v in (decoding or {}).items() if v is not None}
+        if grid is not None and "length_penalty" in translating:
+            raise AiaynError("chooses alpha; leave out {length_penalty}",
+                             key="length_penalty_grid", mentions=("length_penalty",))  # fmt: skip
         inputs = inputs_from_split(
             spec,
             split,
@@ -159,7 +177,10 @@ def evaluate(
             output=output,
             length_penalty_grid=grid,
             engine=engine,
-            decoding={"length_penalty_style": length_penalty_style},
+            progress=options.show_progress(progress),
+            device=device,
+            dtype=options.inference_dtype(precision, quantization),
+            decoding={**translating, "max_tokens": max_tokens, "batch_size": batch_size},
         )
         if inputs.cleaning_report:
             typer.echo(inputs.cleaning_report, err=True)
@@ -211,6 +232,21 @@ def _alphas(text: str) -> list[float]:
             raise AiaynError(f"{item.strip()} is not a finite number >= 0", key="length_penalty_grid")
         alphas.append(alpha)
     return alphas
+
+
+def _check_not_the_hypotheses(hypotheses: Path | None, references: list[Path] | None) -> None:
+    """A reference file that is the hypotheses file itself would score 100 for nothing."""
+    for reference in references or []:
+        if hypotheses is not None and _same_file(hypotheses, reference):
+            raise AiaynError(f"{reference} is the {{hypotheses}} file itself; score against other references",
+                             key="references", mentions=("hypotheses",))  # fmt: skip
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:  # one is missing: the reader names it
+        return a.resolve() == b.resolve()
 
 
 def _check_outputs(outputs: dict[str, Path | None], inputs: list) -> None:

@@ -16,10 +16,10 @@ from ...errors import AiaynError
 from ...files import atomic_open, check_output_file
 from .. import options
 
-DECODING = "Decoding (default: the model's generation_config)"
 BATCHING = "Batching and device"
 
 
+@options.with_decoding_options()
 def translate(
     sentences: Annotated[
         list[str] | None,
@@ -43,97 +43,6 @@ def translate(
     ] = None,
     output: Annotated[
         Path | None, options.output_option("Write the translations here (default: standard output).")
-    ] = None,
-    num_beams: Annotated[
-        int | None,
-        typer.Option(
-            "--beam",
-            "-b",
-            min=1,
-            metavar="N",
-            rich_help_panel=DECODING,
-            help="Beam size; 1 is greedy search.",
-            show_default=False,
-        ),
-    ] = None,
-    nbest: Annotated[
-        int,
-        typer.Option(
-            "--nbest",
-            min=1,
-            metavar="N",
-            rich_help_panel=DECODING,
-            help="Print the N best hypotheses of each input, as N lines 'INDEX ||| TRANSLATION ||| SCORE' (INDEX counts "
-            "inputs from 0; SCORE is log p / length penalty; an empty input gives N empty hypotheses of score 0); "
-            "N samples with --sample.",
-        ),
-    ] = 1,
-    length_penalty: Annotated[
-        float | None,
-        typer.Option(
-            "--length-penalty",
-            metavar="ALPHA",
-            rich_help_panel=DECODING,
-            help="alpha of the length penalty.",
-            show_default=False,
-        ),
-    ] = None,
-    length_penalty_style: Annotated[
-        str | None,
-        typer.Option(
-            "--length-penalty-style",
-            metavar="gnmt|hf",
-            rich_help_panel=DECODING,
-            help="gnmt: ((5 + |Y|) / 6)^alpha, the paper's; hf: |Y|^alpha, as generate().",
-            show_default=False,
-        ),
-    ] = None,
-    max_len_a: Annotated[
-        float | None,
-        typer.Option(
-            "--max-len-a",
-            metavar="A",
-            rich_help_panel=DECODING,
-            help="At most a * input length + b tokens per output.",
-            show_default=False,
-        ),
-    ] = None,
-    max_len_b: Annotated[
-        int | None,
-        typer.Option("--max-len-b", metavar="B", rich_help_panel=DECODING, help="See --max-len-a.", show_default=False),
-    ] = None,
-    do_sample: Annotated[
-        bool, typer.Option("--sample", rich_help_panel=DECODING, help="Sample from the model instead of searching.")
-    ] = False,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            "--temperature", metavar="T", rich_help_panel=DECODING, help="Sampling temperature.", show_default=False
-        ),
-    ] = None,
-    top_k: Annotated[
-        int | None,
-        typer.Option(
-            "--top-k",
-            metavar="K",
-            rich_help_panel=DECODING,
-            help="Sample among the k most likely tokens (0: all).",
-            show_default=False,
-        ),
-    ] = None,
-    top_p: Annotated[
-        float | None,
-        typer.Option(
-            "--top-p",
-            metavar="P",
-            rich_help_panel=DECODING,
-            help="Sample within the smallest set of tokens of probability >= p.",
-            show_default=False,
-        ),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option("--seed", metavar="N", rich_help_panel=DECODING, help="Seed for --sample.", show_default=False),
     ] = None,
     on_long: Annotated[options.OnLong, options.on_long_option(BATCHING)] = "truncate",
     max_tokens: Annotated[int, options.max_tokens_option(BATCHING)] = MAX_TOKENS,
@@ -159,10 +68,15 @@ def translate(
             show_default=False,
         ),
     ] = None,
-    engine: options.EngineOpt = "torch",
+    engine: Annotated[str, options.engine_option(BATCHING)] = "torch",
     progress: Annotated[bool | None, options.progress_option(BATCHING)] = None,
+    decoding: dict | None = None,
 ) -> None:
-    """Translate sentences: N lines in, N lines out, in order (an empty line gives an empty line)."""
+    """Translate sentences: N lines in, N lines out, in order (an empty line gives an empty line).
+
+    With --nbest N, each input gives N lines 'INDEX ||| TRANSLATION ||| SCORE' (INDEX counts inputs from
+    0; SCORE is log p / length penalty; an empty input gives N empty hypotheses of score 0).
+    """
     _warnings_to_stderr()
     dtype = options.inference_dtype(precision, quantization)
     options.check_engine(engine)
@@ -179,22 +93,8 @@ def translate(
     if threads is not None:
         torch.set_num_threads(threads)
     translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
-    decoding = dict(
-        num_beams=1 if do_sample else num_beams,
-        nbest=nbest,
-        length_penalty=length_penalty,
-        length_penalty_style=length_penalty_style,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        do_sample=do_sample or None,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        on_long=on_long,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-    )
+    decoding = {**(decoding or {}), "on_long": on_long, "max_tokens": max_tokens, "batch_size": batch_size}
+    nbest = decoding.get("nbest") or 1
     try:
         if alignment:
             _translate_aligned(translator, sentences, input, output, alignment_layer, decoding)
@@ -238,7 +138,7 @@ def _translate_aligned(translator, sentences, input, output, layer, decoding) ->
     from ...decoding.translator import decode_lines
     from ...inspection.alignment import translate_aligned
 
-    if decoding["nbest"] != 1 or decoding["do_sample"]:
+    if decoding["nbest"] not in (None, 1) or decoding["do_sample"]:
         raise AiaynError("--alignment prints the best translation's alignment: use it without --nbest or --sample")
     if sentences:
         lines, source = list(sentences), "argument"
