@@ -89,7 +89,7 @@ def test_two_processes_equal_one_with_update_freq_2(tmp_path, precision):
     assert [b.tolist() for b in one.batches] == [b.tolist() for b in two.batches]
 
     common = [str(TINY), "--data-dir", str(data), "--tokenizer", str(tmp_path / "tok"), *FLAGS]
-    common += ["--mixed-precision", precision]
+    common += ["--set", f"mixed_precision={precision}"]
     single = run_cli("train", *common, "-o", tmp_path / "one", "--update-freq", "2", env=env)
     assert single.returncode == 0, single.stderr
     double = subprocess.run(

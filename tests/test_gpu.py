@@ -144,7 +144,7 @@ def test_translate_on_cuda_equals_the_cpu_in_fp32(tmp_path, monkeypatch, capsys)
             target,
             "--device",
             device,
-            "--dtype",
+            "--precision",
             "fp32",
         )
         assert code == 0, err

@@ -81,7 +81,7 @@ def test_train_builds_the_missing_tokenizer_from_the_recipes_data_then_trains(mo
         *("train", MULTI30K_RECIPE, "--dataset", folder, "--tokenizer", tokenizer, "-o", tmp_path / "run"),
         *("--preset", "tiny", "--max-steps", "2", "--max-tokens", "256", "--no-progress"),
         *("--set", "tokenizer_training.vocab_size=300", "--set", "compile_loss=false", "--set", "trackers=[]"),
-        *("--set", "length_penalty_grid=null", "--set", "valid_bleu_samples=4", "--mixed-precision", "no"),
+        *("--set", "length_penalty_grid=null", "--set", "valid_bleu_samples=4", "--precision", "fp32"),
     )
     assert code == 0, err
     lines = err.strip().splitlines()

@@ -4,7 +4,7 @@ rendezvous on 127.0.0.1, as two machines would run them) train the same weights 
 open, as a lost GPU process's NCCL peers see it), the other stops within a minute with one line that says how
 to resume, leaving only whole checkpoints, and the same two commands again give the uninterrupted run's weights.
 
-All runs are fp32 on every CPU (`--mixed-precision no`), with dropout on: every batch's dropout masks
+All runs are fp32 on every CPU (`--precision fp32`), with dropout on: every batch's dropout masks
 are seeded from (seed, step, its index in the global batch), so the runs agree to float rounding.
 """
 
@@ -64,8 +64,8 @@ def train_args(task, output: Path, *extra: str) -> list[str]:
         "-o",
         str(output),
         "--no-progress",
-        "--mixed-precision",
-        "no",
+        "--precision",
+        "fp32",
         "--max-steps",
         str(STEPS),
         "--set",

@@ -190,9 +190,9 @@ def test_load_200_requests_from_16_clients_equal_aiayn_translate(model_dir, tran
     """Bounded: 200 requests, 16 clients, at most 300 s; every answer 200 and equal to `aiayn translate`."""
     sentences = random_sentences(200, seed=3)
     (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    # fp32 as the server's translator: `--dtype auto` would be bf16 on a CPU with AVX512-BF16 or AMX
+    # fp32 as the server's translator: `--precision auto` would be bf16 on a CPU with AVX512-BF16 or AMX
     short = ("--max-len-a", "0", "--max-len-b", "6")
-    cli = run_cli("translate", "--model", model_dir, "--dtype", "fp32", *short, "-i", tmp_path / "in.txt")
+    cli = run_cli("translate", "--model", model_dir, "--precision", "fp32", *short, "-i", tmp_path / "in.txt")
     assert cli.returncode == 0, cli.stderr
     want = cli.stdout.splitlines()
     with serve_in_thread(create_app(translator)) as url:
