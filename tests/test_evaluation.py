@@ -578,6 +578,7 @@ def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
 def test_split_mode_bad_inputs(tmp_path, monkeypatch, capsys):
     data, _, _ = _split_corpus(tmp_path)
     (tmp_path / "short.de").write_text("w1\n")
+    (tmp_path / "ref.de").write_text("w1\n")
     cases = [
         (["--model", tmp_path], "--model needs data options"),
         (
@@ -585,7 +586,7 @@ def test_split_mode_bad_inputs(tmp_path, monkeypatch, capsys):
             "has 1 lines but the test split has 20",
         ),
         (
-            ["-i", tmp_path / "short.de", "-r", tmp_path / "short.de", "--data-dir", data, "-s", "en", "-t", "de"],
+            ["-i", tmp_path / "short.de", "-r", tmp_path / "ref.de", "--data-dir", data, "-s", "en", "-t", "de"],
             "not both",
         ),
         (["--data-dir", data, "-s", "en", "-t", "de"], "either --hypotheses"),

@@ -265,7 +265,7 @@ FULL_DISK_COMMANDS = {
         "--beam",
         "1",
     ],
-    "evaluate --json": lambda c: ["evaluate", "-i", c["text"], "-r", c["text"], "--json", c["dir"] / "s.json"],
+    "evaluate --json": lambda c: ["evaluate", "-i", c["text"], "-r", c["copy"], "--json", c["dir"] / "s.json"],
     "train-tokenizer -o": lambda c: [
         *("train-tokenizer", "--source-file", c["text"], "--target-file", c["text"]),
         *("--vocab-size", "300", "-o", c["dir"] / "tok"),
@@ -306,8 +306,9 @@ def _fill(folder: Path) -> None:
 def test_a_full_disk_is_one_line_and_leaves_nothing(monkeypatch, capsys, tmp_path, tiny, small_tmpfs, command):
     text = tmp_path / "text.txt"
     text.write_text("".join(f"w{i % 60 + 4} w{i % 7 + 4}\n" for i in range(40)))
+    (tmp_path / "copy.txt").write_text(text.read_text())
     _fill(small_tmpfs)
-    ctx = {"tiny": tiny, "text": text, "dir": small_tmpfs}
+    ctx = {"tiny": tiny, "text": text, "copy": tmp_path / "copy.txt", "dir": small_tmpfs}
     code, _, err = aiayn(monkeypatch, capsys, *FULL_DISK_COMMANDS[command](ctx))
     lines = err.strip().splitlines()  # train-tokenizer reports the data it read first
     assert code == 2 and "Traceback" not in err and [x for x in lines if x.startswith("error")] == lines[-1:], err
