@@ -138,7 +138,7 @@ def test_the_command_writes_the_table_and_figures(six_heads_dir, data_dir, tmp_p
     out = tmp_path / "heads"
     code, stdout, err = cli_here(
         monkeypatch, capsys, "heads", "-m", six_heads_dir, "--data-dir", data_dir, "-s", "en", "-t", "de",
-        "--sample", "4", "--beam", "1", "--importance", "gradient", "-o", out,
+        "--sample-size", "4", "--beam", "1", "--importance", "gradient", "-o", out,
     )  # fmt: skip
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
@@ -160,7 +160,7 @@ def test_the_command_writes_the_table_and_figures(six_heads_dir, data_dir, tmp_p
 )
 def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatch, capsys, args, message):
     out = tmp_path / "heads"
-    base = ["heads", "-m", subword_model_dir(), "--data-dir", data_dir, "-o", out, "--sample", "2"]
+    base = ["heads", "-m", subword_model_dir(), "--data-dir", data_dir, "-o", out, "--sample-size", "2"]
     if "-s" not in args:
         args = [*args, "-s", "en", "-t", "de"]
     else:

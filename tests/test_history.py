@@ -85,7 +85,9 @@ def test_aer_and_pattern_at_each_step_are_those_of_that_checkpoint(run):
 
 def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "over"
-    code, stdout, err = cli_here(monkeypatch, capsys, "attention", "--checkpoints", run, "--sample-size", "3", "-o", out)
+    code, stdout, err = cli_here(
+        monkeypatch, capsys, "attention", "--checkpoints", run, "--sample-size", "3", "-o", out
+    )
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["over_training.json", "over_training.md", "over_training.png"]
     data = json.loads((out / "over_training.json").read_text())

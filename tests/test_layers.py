@@ -94,7 +94,7 @@ def test_the_command_writes_the_table_figures_and_aer_per_layer(data_dir, tmp_pa
     out = tmp_path / "layers"
     code, stdout, err = cli_here(
         monkeypatch, capsys, "layers", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
-        "--sample", "6", "-o", out,
+        "--sample-size", "6", "-o", out,
     )  # fmt: skip
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == [

@@ -71,6 +71,12 @@ RENAMED: dict[str, list[Renamed]] = {
             },
         ),
     ],
+    "heads": [
+        Renamed("--output", "--output-dir"),
+        Renamed("--sample", "--sample-size"),
+        Renamed("--dtype", "--precision"),
+    ],
+    "layers": [Renamed("--output", "--output-dir"), Renamed("--sample", "--sample-size")],
     "attention": [
         Renamed("--output", "--output-dir"),
         Renamed("-r", "--reference"),

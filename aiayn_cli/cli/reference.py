@@ -49,6 +49,8 @@ VOCABULARY: dict[str, tuple[str | None, str]] = {
     "--max-length": ("N", "drop pairs with a side longer than N tokens"),
     "--max-ratio": ("X", "drop pairs whose sides' lengths differ more than X times"),
     "--dedup": (None, "drop repeated pairs"),
+    "--sample-size": ("N", "how many sentence pairs a sample takes"),
+    "--reference": ("TEXT", "a reference translation, as text"),
     "--beam": ("N", "beam size; 1 is greedy search"),
     "--nbest": ("N", "hypotheses per input"),
     "--length-penalty": ("ALPHA", "alpha of the length penalty"),

@@ -14,19 +14,11 @@ MEASURE = "Measurement"
 
 
 def heads(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
-        ),
-    ] = ...,
+    model: options.ModelOpt = ...,
     output: Annotated[
         Path,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FOLDER",
-            help="Where heads.md, heads.json and the figures go (created if missing).",
+        options.output_dir_option(
+            "Where heads.md, heads.json and the figures go (created if missing).", show_default=True
         ),
     ] = Path("heads"),
     dataset: options.DatasetOpt = None,
@@ -39,18 +31,26 @@ def heads(
     source_lang: options.SourceLangOpt = None,
     target_lang: options.TargetLangOpt = None,
     split: Annotated[
-        str, typer.Option("--split", rich_help_panel=options.PANEL, help="The held-out split to measure on.")
+        str,
+        typer.Option(
+            "--split", metavar="SPLIT", rich_help_panel=options.PANEL, help="The held-out split to measure on."
+        ),
     ] = "validation",
     sample: Annotated[
         int,
         typer.Option(
-            "--sample", min=1, rich_help_panel=MEASURE, help="The first N pairs of the split (fewer: faster)."
+            "--sample-size",
+            min=1,
+            metavar="N",
+            rich_help_panel=MEASURE,
+            help="The first N pairs of the split (fewer: faster).",
         ),
     ] = 500,
     importance: Annotated[
         str,
         typer.Option(
             "--importance",
+            metavar="loss|gradient",
             rich_help_panel=MEASURE,
             help="The pruning order: loss (the validation loss increase when the head alone is masked) or "
             "gradient (Michel et al., 2019: E|dL/dm_h|).",
@@ -61,6 +61,7 @@ def heads(
         typer.Option(
             "--max-bleu-drop",
             min=0.0,
+            metavar="X",
             rich_help_panel=MEASURE,
             help="Prune until sacreBLEU has fallen by more than this many points.",
         ),
@@ -71,15 +72,19 @@ def heads(
             "--beam",
             "-b",
             min=1,
+            metavar="N",
             rich_help_panel=MEASURE,
             help="Beam size of the translations scored by BLEU [default: the model's generation_config].",
             show_default=False,
         ),
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
-    dtype: Annotated[
-        str,
-        typer.Option("--dtype", help="fp32 (the same numbers on every CPU), bf16, fp16, or auto (as translate)."),
+    device: Annotated[str, options.device_option()] = "auto",
+    precision: Annotated[
+        options.Precision,
+        options.precision_option(
+            help="What the model computes in: fp32 (the default here: the same numbers on every CPU), auto (bf16 "
+            "where the device computes it natively, as translate), bf16 or fp16."
+        ),
     ] = "fp32",
 ) -> None:
     """Measure every head: what it attends to, the loss and BLEU without it, and how many can go.
@@ -107,7 +112,7 @@ def heads(
         source_lang=source_lang,
         target_lang=target_lang,
     )
-    translator = Translator.from_pretrained(model, device=device, dtype=dtype)
+    translator = Translator.from_pretrained(model, device=device, dtype=precision)
     pairs = load_sample(translator, spec, split, sample)
     report = measure_heads(
         translator,

@@ -12,19 +12,11 @@ from .. import options
 
 
 def layers(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model", "-m", metavar="PATH_OR_HUB_ID", help="A model folder saved by aiayn train, or a Hub id."
-        ),
-    ] = ...,
+    model: options.ModelOpt = ...,
     output: Annotated[
         Path,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FOLDER",
-            help="Where layers.md, layers.json and the figures go (created if missing).",
+        options.output_dir_option(
+            "Where layers.md, layers.json and the figures go (created if missing).", show_default=True
         ),
     ] = Path("layers"),
     sentence: Annotated[
@@ -50,13 +42,22 @@ def layers(
     source_lang: options.SourceLangOpt = None,
     target_lang: options.TargetLangOpt = None,
     split: Annotated[
-        str, typer.Option("--split", rich_help_panel=options.PANEL, help="The held-out split to measure on.")
+        str,
+        typer.Option(
+            "--split", metavar="SPLIT", rich_help_panel=options.PANEL, help="The held-out split to measure on."
+        ),
     ] = "validation",
     sample: Annotated[
         int | None,
-        typer.Option("--sample", min=1, help="The first N pairs of the split [default: all].", show_default=False),
+        typer.Option(
+            "--sample-size",
+            min=1,
+            metavar="N",
+            help="The first N pairs of the split [default: all].",
+            show_default=False,
+        ),
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+    device: Annotated[str, options.device_option()] = "auto",
 ) -> None:
     """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
 
