@@ -115,7 +115,7 @@ def test_sampling_with_a_seed_repeats(engines):
 def test_translate_engine_ctranslate2_prints_the_torch_engines_translations(model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
     inputs = sentences(20, seed=5)
-    common = ("translate", "-m", model_dir, "--dtype", "fp32", "--beam", "1", "--nbest", "1", *inputs)
+    common = ("translate", "-m", model_dir, "--precision", "fp32", "--beam", "1", "--nbest", "1", *inputs)
     code, torch_out, err = cli_here(monkeypatch, capsys, *common)
     assert code == 0, err
     for _ in range(2):  # converted once, then read from the cache
@@ -135,8 +135,8 @@ def test_translate_engine_ctranslate2_prints_the_torch_engines_translations(mode
             "paper's GNMT penalty; use --length-penalty-style hf (or --engine torch)",
         ),
         (
-            ("--engine", "ctranslate2", "--dtype", "bf16", "--length-penalty-style", "hf"),
-            "error: --dtype bf16: CTranslate2 has no bfloat16 on cpu here; choose one of auto, fp32, int8",
+            ("--engine", "ctranslate2", "--precision", "bf16", "--length-penalty-style", "hf"),
+            "error: --precision bf16: CTranslate2 has no bfloat16 on cpu here; choose one of auto, fp32, int8",
         ),
         (
             ("--engine", "ctranslate2", "--alignment"),

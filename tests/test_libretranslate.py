@@ -37,7 +37,7 @@ def server(model_dir):
 
 
 def aiayn_translate(monkeypatch, capsys, model_dir, inputs: list[str]) -> list[str]:
-    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, "--dtype", "fp32", *inputs)
+    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, "--precision", "fp32", *inputs)
     assert code == 0, err
     return out.splitlines()
 

@@ -95,6 +95,8 @@ def flag_names(command: str | None) -> dict[str, str]:
     for param in getattr(found, "params", []):
         flags = [opt for opt in param.opts if opt.startswith("--")]
         names[param.name] = max(flags, key=len) if flags else param.name.upper()
+    if "precision" in names:  # the library's dtype is what --precision chooses
+        names.setdefault("dtype", names["precision"])
     return names
 
 

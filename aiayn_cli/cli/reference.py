@@ -22,6 +22,7 @@ VOCABULARY: dict[str, tuple[str | None, str]] = {
     "--references": ("FILE", "reference translations, one per line, line-aligned with the sentences"),
     "--precision": ("auto|fp32|bf16|fp16", "what the model computes in (export: the type of the saved weights)"),
     "--quantization": (None, "int8 (or int16) weights for the linear maps"),
+    "--engine": ("torch|ctranslate2", "which decoder runs the model"),
     "--device": ("DEVICE", "where the model runs: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps"),
     "--threads": ("N", "the most CPU threads"),
     "--max-tokens": ("N", "tokens per batch, padding included"),

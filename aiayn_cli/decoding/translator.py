@@ -191,7 +191,7 @@ class Translator:
         if dtype == INT8 and self.device.type != "cpu":
             raise AiaynError(
                 f"int8: int8 decoding runs on CPUs only, not on {self.device.type} (use {{device}} cpu)",
-                key="dtype",
+                key="quantization",
                 mentions=("device",),
             )
         self.model = self.model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
@@ -201,7 +201,7 @@ class Translator:
         except RuntimeError as err:
             if dtype != INT8:
                 raise
-            raise AiaynError(f"int8: {err}", key="dtype") from None
+            raise AiaynError(f"int8: {err}", key="quantization") from None
 
     def _set_limits(self) -> None:
         """The longest source the model reads, the longest line tokenized whole, the special ids."""
