@@ -156,8 +156,9 @@ def test_what_the_engine_cannot_do_is_one_line(model_dir, tmp_path, monkeypatch,
 
 def test_evaluate_engine_needs_a_model(monkeypatch, capsys, tmp_path):
     (tmp_path / "h").write_text("a\n")
+    (tmp_path / "r").write_text("a\n")
     code, _, err = cli_here(
-        monkeypatch, capsys, "evaluate", "-i", tmp_path / "h", "-r", tmp_path / "h", "--engine", "ctranslate2"
+        monkeypatch, capsys, "evaluate", "-i", tmp_path / "h", "-r", tmp_path / "r", "--engine", "ctranslate2"
     )
     assert code == 2 and err.strip() == "error: --engine decodes with --model; without it nothing is decoded"
 
