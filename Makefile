@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install quickstart test test-slow lint format clean
+.PHONY: install quickstart test test-slow lint format clean gpu-bundle
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,9 @@ test: install lint             ## lint, then the default test tier (about 4 minu
 
 test-slow: install             ## the slow tier: training in subprocesses, two processes, learning targets
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m slow
+
+gpu-bundle: install            ## for a GPU machine without network: .gpu-bundle/ (wheels it lacks, Multi30k; <= 64 MiB)
+	$(BIN)/python benchmarks/gpu_bundle.py --output .gpu-bundle
 
 lint: install
 	$(BIN)/ruff format --check .

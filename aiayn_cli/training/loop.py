@@ -199,18 +199,18 @@ class Run:
         """One optimizer update on the global batch; its sums (loss, nll, target and source tokens)."""
         accelerator, recipe, config = self.accelerator, self.recipe, self.config
         world, rank = accelerator.num_processes, accelerator.process_index
+        # 4b. Count the non-pad tokens of the global batch (all accumulation steps, all processes): on
+        #     the host, from the collated batches, so that one process never waits for its device here.
+        counts = [
+            sum(int(target_mask(b["labels"], config.pad_token_id).sum()) for b in group),
+            sum(int(b["attention_mask"].sum()) for b in group),
+        ]
+        shared = torch.tensor(counts + list(clock_flags), dtype=torch.float64)
+        if world > 1:  # the one collective before the forward passes
+            shared = accelerator.reduce(shared.to(accelerator.device), reduction="sum").cpu()
         batches = [{k: v.to(accelerator.device, non_blocking=True) for k, v in b.items()} for b in group]
-        # 4b. Count the non-pad tokens of the global batch (all accumulation steps, all processes).
-        counts = torch.stack(
-            [
-                torch.stack([target_mask(b["labels"], config.pad_token_id).sum() for b in batches]).sum(),
-                torch.stack([b["attention_mask"].sum() for b in batches]).sum(),
-            ]
-        ).double()
-        shared = torch.cat([counts, torch.tensor(clock_flags, dtype=torch.float64, device=counts.device)])
-        shared = accelerator.reduce(shared, reduction="sum") if world > 1 else shared
-        ntokens = shared[0].item()
-        flags, time_fraction = [bool(f > 0) for f in shared[2:6].tolist()], shared[6].item()
+        ntokens = float(shared[0])
+        flags, time_fraction = [bool(f > 0) for f in shared[2:6].tolist()], float(shared[6])
         # 4c. Forward and backward each batch: sum of the token losses / global token count.
         # DDP averages gradients over the W processes, hence the factor W.
         scale = world / max(ntokens, 1.0)
@@ -235,6 +235,7 @@ class Run:
                 )
                 accelerator.backward(out.loss * scale)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
+        sums = sums.cpu()  # the step's one wait for the device: a non-finite loss is refused before the update
         self._check_finite(sums, step)
         # 4d. Clip, update, schedule (§5.3), and the cooldown at the end of the run's budget.
         if recipe.clip_norm:
@@ -248,7 +249,7 @@ class Run:
             self.scheduler.step()
             self.state.scheduler_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
-        step_sums = torch.cat([sums.cpu(), shared[:2].cpu()])
+        step_sums = torch.cat([sums, shared[:2]])
         return step_sums, flags
 
     def _progress(self, time_fraction: float) -> float:
@@ -267,7 +268,7 @@ class Run:
         """Stop, before the update, where the loss of any process is NaN or infinite."""
         bad = (~torch.isfinite(sums)).any().double().reshape(1)
         if self.accelerator.num_processes > 1:
-            bad = self.accelerator.reduce(bad, reduction="sum")
+            bad = self.accelerator.reduce(bad.to(self.accelerator.device), reduction="sum")
         if not bad.item():
             return
         self.optimizer.zero_grad(set_to_none=True)

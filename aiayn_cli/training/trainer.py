@@ -491,8 +491,13 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
         show_progress=show_progress and main,
     )
     # A generator of its own: iterating the loader never touches the global RNG.
+    # pin_memory: on a GPU the batches' copies to the device run beside its work instead of waiting for it
     train_loader = DataLoader(
-        train, batch_sampler=sampler, collate_fn=collate, generator=torch.Generator().manual_seed(recipe.seed)
+        train,
+        batch_sampler=sampler,
+        collate_fn=collate,
+        generator=torch.Generator().manual_seed(recipe.seed),
+        pin_memory=accelerator.device.type == "cuda",
     )
     valid_loader, sources, references, valid_text = None, [], [], ([], [])
     if valid is not None:

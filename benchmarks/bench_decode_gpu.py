@@ -1,0 +1,97 @@
+"""Decoding on a GPU: the decoder of `aiayn translate --device cuda` against Hugging Face `generate()`,
+in sentences per second, at batches of 1, 64 and 512 sentences.
+
+    python benchmarks/bench_decode_gpu.py [--device cuda] [--dims small base] [--batch 1 64 512]
+
+The fairness rules of `bench_decode.py` (which measures CPUs, and whose model builders and runs this
+uses): the same dimensions and random weights for both, the same source batch (random ids, lengths
+15-35), beam 4, exactly `--new-tokens` decoder steps for every sentence (`</s>` suppressed before the
+last step and forced at it), encoder included. Each in the dtype `aiayn translate --dtype auto` takes
+on the device (bf16 on Ampere and later GPUs; the Marian model cast to it too): ours with its
+projections prepared once, as a `Translator` holds them. A warm-up run, then `--repeats` runs
+alternating the two systems; the median time of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
+from aiayn_cli.decoding.translator import pick_dtype  # noqa: E402
+from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian, timed  # noqa: E402
+
+
+def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:
+    vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
+    dtype = pick_dtype("auto", args.device)
+    ours = build_aiayn(dims, vocab).to(device=args.device, dtype=dtype)
+    prepared = PreparedModel(ours, "float")
+    marian = build_marian(dims, vocab, folder / dims).to(device=args.device, dtype=dtype)
+    rows = []
+    for batch in batches:
+        ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
+        m_ids, m_mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=0, pad=vocab - 1, low=4)
+        ids, mask, m_ids, m_mask = (t.to(args.device) for t in (ids, mask, m_ids, m_mask))
+        systems = {
+            "aiayn": lambda: run_aiayn(ours, prepared, ids, mask, args.new_tokens, args.beams),
+            "hf_generate": lambda: run_marian(marian, m_ids, m_mask, args.new_tokens, args.beams),
+        }
+        times: dict[str, list[float]] = {name: [] for name in systems}
+        for fn in systems.values():  # warm-up
+            fn()
+        for repeat in range(args.repeats):
+            for name in list(systems) if repeat % 2 == 0 else list(reversed(systems)):
+                times[name].append(timed(systems[name], args.device)[0])
+        row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": args.beams, "new_tokens": args.new_tokens}
+        row["dtype"] = str(dtype).removeprefix("torch.")
+        for name in systems:
+            row[f"{name}_sentences_per_s"] = batch / statistics.median(times[name])
+            row[f"{name}_times"] = [round(t, 5) for t in times[name]]
+        row["ratio"] = statistics.median(h / a for a, h in zip(times["aiayn"], times["hf_generate"]))
+        rows.append(row)
+        print(
+            f"{dims:<6}{batch:>6}{row['aiayn_sentences_per_s']:>14,.1f}{row['hf_generate_sentences_per_s']:>14,.1f}"
+            f"{row['ratio']:>8.2f}x",
+            flush=True,
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dims", nargs="+", default=["small", "base"])
+    parser.add_argument("--vocab", type=int, default=None, help="default: small 10000, base 37000")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 64, 512])
+    parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--min-src", type=int, default=15)
+    parser.add_argument("--max-src", type=int, default=35)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    print(f"beam {args.beams}, {args.new_tokens} steps a sentence, on {args.device}; sentences/s (median)")
+    print(f"{'dims':<6}{'batch':>6}{'aiayn':>14}{'generate()':>14}{'ratio':>9}")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dims in args.dims:
+            rows += bench(dims, args.batch, args, Path(tmp))
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()  # the last dims' models are gone
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
