@@ -228,9 +228,15 @@ def profile_step(run_class, step: int, device: str, folder: Path, summary: dict)
         with open(trace, "rb") as raw, gzip.open(f"{trace}.gz", "wb") as packed:
             shutil.copyfileobj(raw, packed)
         trace.unlink()
-        busy = sum(getattr(e, key) for e in events) / 1e6
-        gemm = sum(getattr(e, key) for e in events if _is_matmul(e.key)) / 1e6
-        attention = sum(getattr(e, key) for e in events if "attention" in e.key.lower() or "fmha" in e.key.lower())
+        # the device's kernels (each counted once: not the operators that launched them), or on a CPU
+        # the operators' own time
+        from torch.autograd import DeviceType
+
+        timed = [e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA] if cuda else list(events)
+        timed = timed or list(events)
+        busy = sum(getattr(e, key) for e in timed) / 1e6
+        gemm = sum(getattr(e, key) for e in timed if _is_matmul(e.key)) / 1e6
+        attention = sum(getattr(e, key) for e in timed if _is_attention(e.key))
         summary.update(
             {
                 "step": step,
@@ -241,7 +247,7 @@ def profile_step(run_class, step: int, device: str, folder: Path, summary: dict)
                 "attention_fraction_of_busy": attention / 1e6 / busy if busy else None,
                 "top": [
                     {"name": e.key, "seconds": getattr(e, key) / 1e6, "calls": e.count}
-                    for e in sorted(events, key=lambda e: -getattr(e, key))[:12]
+                    for e in sorted(timed, key=lambda e: -getattr(e, key))[:12]
                 ],
                 "note": "under the profiler, which slows the host side",
             }
@@ -249,6 +255,11 @@ def profile_step(run_class, step: int, device: str, folder: Path, summary: dict)
         return out
 
     run_class._step = _step
+
+
+def _is_attention(name: str) -> bool:
+    name = name.lower()
+    return any(word in name for word in ("attention", "fmha", "flash", "sdpa"))
 
 
 def _is_matmul(name: str) -> bool:
