@@ -13,9 +13,14 @@ This package owns attention extraction and everything drawn from it, the library
 * `alignment`: word alignments from encoder-decoder attention (`i-j` pairs, as fairseq's
   `--print-alignment` and Moses), and the alignment error rate (AER, Och & Ney 2003);
 * `formats`: the text table (OpenNMT's `-attn_debug`), JSON (for notebooks and bertviz) and the
-  heatmap grids (PNG); `explorer`: the offline HTML explorer, one self-contained file.
+  heatmap grids (PNG), `bertviz_inputs` (bertviz's head_view / model_view in a notebook); `explorer`:
+  the offline HTML explorer, one self-contained file, also drawn by `aiayn serve`'s page;
+* `heads`: which heads matter (`aiayn heads`: statistics, masked loss and BLEU, pruning), through the
+  model's own head masks; `layers`: each decoder layer's prediction and alignment (`aiayn layers`);
+  `history`: attention and alignment over a run's checkpoints (`aiayn attention --checkpoints RUN`).
 """
 
 from .extract import Explanation, explain
+from .formats import bertviz_inputs
 
-__all__ = ["Explanation", "explain"]
+__all__ = ["Explanation", "bertviz_inputs", "explain"]

@@ -5,6 +5,8 @@
   per key token, the row's largest weight marked `*`;
 * json: every token, score and attention tensor (Hugging Face's shapes), for a notebook or
   bertviz (README, "See inside the model");
+* bertviz: `bertviz_inputs(explanation)`, the keyword arguments of bertviz's `head_view` and
+  `model_view` for one sentence (in a notebook: `model_view(**bertviz_inputs(ex))`);
 * png: per sentence and kind, a grid of heatmaps, layers down and heads across, tokens as tick
   labels (one heatmap when narrowed to a layer and a head, or to the mean of the heads);
 * align: "i-j" word alignments, one line per sentence.
@@ -92,6 +94,28 @@ def to_json(explanations: list[Explanation], options: dict) -> str:
     return json.dumps({"options": options, "layout": layout, "sentences": sentences}, ensure_ascii=False)
 
 
+def bertviz_inputs(ex: Explanation) -> dict:
+    """One sentence's attention as bertviz's `head_view` / `model_view` take it for an encoder-decoder:
+    `encoder_attention`, `decoder_attention`, `cross_attention` (tuples of `(1, h, queries, keys)` tensors,
+    one per layer) and `encoder_tokens`, `decoder_tokens`. The decoder's tokens are the ones it reads
+    (`<s>` y_1 .. y_(n-1), as Hugging Face's `decoder_input_ids`): position t reads decoder_tokens[t] and
+    predicts y_t. bertviz is an optional extra (`pip install aiayn-cli[bertviz]`); this needs none of it.
+
+        from bertviz import model_view
+        from aiayn_cli.inspection import bertviz_inputs, explain
+
+        [ex] = explain(model, tokenizer, ["A dog runs."])
+        model_view(**bertviz_inputs(ex))
+    """
+    return {
+        "encoder_attention": tuple(ex.encoder_attentions),
+        "decoder_attention": tuple(ex.decoder_attentions),
+        "cross_attention": tuple(ex.cross_attentions),
+        "encoder_tokens": list(ex.source_tokens),
+        "decoder_tokens": list(ex.decoder_input_tokens),
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # PNG
 # ---------------------------------------------------------------------------------------------
@@ -141,4 +165,4 @@ AXES = {
     "cross": ("target token being predicted", "source token"),
 }
 
-__all__ = ["heatmap_grid", "sentence_header", "text_table", "to_json"]
+__all__ = ["bertviz_inputs", "heatmap_grid", "sentence_header", "text_table", "to_json"]

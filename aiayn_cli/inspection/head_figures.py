@@ -104,23 +104,23 @@ def importance_figure(report: HeadReport, path: Path) -> Path:
     bleus = {kind: _grid(report, kind, "delta_bleu") for kind in KINDS}
     top = max(float(np.nanmax(g)) for g in grids.values())
     bottom = min(0.0, min(float(np.nanmin(g)) for g in grids.values()))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 1.6 + 0.75 * max(g.shape[0] for g in grids.values())))
-    for ax, kind in zip(axes, KINDS):
+    heads, layers = max(g.shape[1] for g in grids.values()), max(g.shape[0] for g in grids.values())
+    fig, axes = plt.subplots(
+        1, 3, figsize=(3 * (0.75 * heads + 1.2) + 1.5, 1.9 + 0.7 * layers), layout="constrained", squeeze=False
+    )
+    for ax, kind in zip(axes[0], KINDS):
         g = grids[kind]
         image = ax.imshow(g, cmap="Reds", vmin=bottom, vmax=top if top > bottom else bottom + 1e-9, aspect="auto")
         for (i, j), value in np.ndenumerate(g):
             dark = (value - bottom) / max(top - bottom, 1e-9) > 0.6
-            ax.text(j, i, f"{value:+.3f}\n{bleus[kind][i, j]:+.1f} BLEU", ha="center", va="center", fontsize=8,
+            ax.text(j, i, f"{value:+.3f}\n{bleus[kind][i, j]:+.1f}", ha="center", va="center", fontsize=8,
                     color="white" if dark else "black")  # fmt: skip
         ax.set_title(KIND_NAMES[kind])
-        ax.set_xticks(range(g.shape[1]), [str(h + 1) for h in range(g.shape[1])])
-        ax.set_yticks(range(g.shape[0]), [str(i + 1) for i in range(g.shape[0])])
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-    fig.colorbar(image, ax=axes, shrink=0.9, label="validation loss increase (nats per token)")
+        _ticks(ax, g)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9, label="validation loss increase (nats per token)")
     fig.suptitle(
-        f"Which heads matter: loss and BLEU change with one head masked (base loss {report.base_loss:.3f}, "
-        f"sacreBLEU {report.base_bleu:.2f})"
+        f"Which heads matter: each head masked alone (cell: loss change, then BLEU change; base loss "
+        f"{report.base_loss:.3f}, sacreBLEU {report.base_bleu:.2f})"
     )
     return save_figure(fig, path)
 
