@@ -5,6 +5,8 @@
     python benchmarks/bench_decode.py --dims base --batch 32 --dtype fp32 int8 --no-hf   # int8 against fp32
     python benchmarks/bench_decode.py --dims small --batch 1 8 --threads 1 2             # threads per batch size
     python benchmarks/bench_decode.py --dtype fp32 bf16                                  # + bf16 where native
+    python benchmarks/bench_decode.py --no-hf --no-ctranslate2 --dtype fp32 int8 --repeats 9 \
+        --systems aiayn_ct2 ct2_direct aiayn_ct2_int8 ct2_direct_int8                    # the engine's own cost
 
 How the comparison is made fair:
 
@@ -430,6 +432,8 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
                 systems[system] = lambda system=system, part=part: pool.apply(
                     _direct_timed, (system, words, steps, beams, part)
                 )
+    if args.systems:
+        systems = {name: fn for name, fn in systems.items() if name in args.systems}
     for fn in systems.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {name: [] for name in systems}
@@ -559,6 +563,13 @@ def main() -> None:
     parser.add_argument("--no-hf", action="store_true", help="do not measure Hugging Face generate()")
     parser.add_argument(
         "--no-engine", action="store_true", help="do not measure aiayn's CTranslate2 engine against CTranslate2 itself"
+    )
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="measure only these systems (the table's names, e.g. aiayn_ct2 ct2_direct): more repeats in the time",
     )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (CTranslate2 is then not measured)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
