@@ -56,7 +56,8 @@ called directly on the same converted model (`aiayn_ct2` and `ct2_direct`, `_int
 int8`): the aiayn model saved with a word-level tokenizer, loaded by `Translator.from_pretrained(...,
 engine="ctranslate2")` (which converts it into a cache folder of the run), and decoded from token ids
 as `Translator` decodes a batch, with `length_penalty_style hf`, at most T - 1 tokens before `</s>`
-and at least T - 1 (so T decoder steps); the direct calls pass the same limits to `translate_batch`,
+and at least T - 1 (so T decoder steps; its last LayerNorm leans towards `</s>` so that every
+hypothesis ends there, `ending_at_once`); the direct calls pass the same limits to `translate_batch`,
 with every thread on each operation (`ct2_direct`) and, from 2 sentences a thread on, one replica of
 one thread per part (`ct2_direct_inter`). `aiayn_ct2/ct2_direct` is the engine's cost (> 0.9: within
 10%); `--no-engine` leaves them out.
@@ -267,6 +268,19 @@ def word_level_tokenizer(vocab: int):
     )
 
 
+def ending_at_once(model: AiaynForConditionalGeneration) -> AiaynForConditionalGeneration:
+    """`model` with the last LayerNorm's bias leaning far towards `</s>`, so that every hypothesis ends
+    as soon as `</s>` is allowed (at T - 1 tokens): the engine and CTranslate2 then do the same T steps,
+    and no hypothesis reaches the length limit (where the engine scores `</s>` after it, as aiayn's
+    search forces it there, and CTranslate2 alone would not)."""
+    decoder = model.model.decoder
+    last_norm = decoder.final_norm or decoder.layers[-1].feed_forward_sublayer.norm
+    eos = model.lm_head.weight[model.config.eos_token_id]
+    with torch.no_grad():
+        last_norm.bias.add_(50.0 * eos / eos.norm())
+    return model
+
+
 def engine_options(steps: int, beams: int) -> DecodingOptions:
     """The engine's work: beam search with |Y|^alpha, exactly T decoder steps (T - 1 tokens and </s>,
     or T tokens cut at the limit)."""
@@ -303,6 +317,7 @@ def _engine_timed(name: str, sources: list[list[int]], steps: int, beams: int) -
     hyps = engine._decode(sources, options)  # a batch, as `Translator.hypotheses` decodes it
     seconds = time.perf_counter() - start
     assert {len(h[0].tokens) for h in hyps} == {steps - 1}, {len(h[0].tokens) for h in hyps}
+    assert all(len(h) == 1 and h[0].log_prob < 0 for h in hyps)  # ended with </s>
     return seconds, steps * len(sources)
 
 
@@ -317,10 +332,12 @@ def _direct_timed(name: str, sentences: list[list[str]], steps: int, beams: int,
         min_decoding_length=steps - 1,
         max_decoding_length=steps,
         max_input_length=0,
+        num_hypotheses=beams,
         return_scores=True,
+        return_end_token=True,
     )
     seconds = time.perf_counter() - start
-    assert {min(len(r.hypotheses[0]), steps - 1) for r in results} == {steps - 1}
+    assert {len(r.hypotheses[0]) for r in results} == {steps} and results[0].hypotheses[0][-1] == "</s>"
     return seconds, steps * len(sentences)
 
 
@@ -373,7 +390,7 @@ class Models:
             models["engine"] = None
             if not args.no_engine and args.device == "cpu" and importlib.util.find_spec("ctranslate2"):
                 models["engine"] = self.workdir / f"aiayn-{dims}-{vocab}"
-                aiayn.save_pretrained(models["engine"])
+                ending_at_once(copy.deepcopy(aiayn).cpu()).save_pretrained(models["engine"])
                 word_level_tokenizer(vocab).save_pretrained(models["engine"])
             self.built = {(dims, vocab): models}  # one dims at a time in memory
         return self.built[(dims, vocab)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -231,27 +232,53 @@ class CTranslate2Translator(Translator):
             # CTranslate2's workers seed their generators when they start: a seeded call gets its own.
             ctranslate2.set_random_seed(options.seed)
             translator = self._load(self.device.type, self.device.index or 0)
+        search = options.num_beams > 1 and not options.do_sample
+        if search:  # every candidate the beam ends with: those cut at their limit are ranked again below
+            arguments["num_hypotheses"] = options.num_beams
         results = translator.translate_batch(
             tokens,
             max_decoding_length=max(max_lens) + 1,  # the tokens and </s>
             min_decoding_length=options.min_len,
             **arguments,
         )
-        return [self._hypotheses(result, limit, options) for result, limit in zip(results, max_lens)]
+        hypotheses = [self._hypotheses(result, limit, options) for result, limit in zip(results, max_lens)]
+        self._end_at_the_limit(translator, tokens, hypotheses, options)
+        for i, hyps in enumerate(hypotheses):
+            if search:  # a prefix cut at the limit may be another candidate too: the better one stays
+                hyps = list({tuple(h.tokens): h for h in sorted(hyps, key=lambda h: h.score)}.values())
+            hypotheses[i] = sorted(hyps, key=lambda h: h.score, reverse=True)[: options.nbest]
+        return hypotheses
 
     def _hypotheses(self, result, limit: int, options: DecodingOptions) -> list[Hypothesis]:
         """aiayn's hypotheses from CTranslate2's: ids without `</s>`, log p, and the score under the
-        style asked for (CTranslate2's score is log p / |Y|^alpha, |Y| counting `</s>` where it ended)."""
+        style asked for (CTranslate2's score is log p / |Y|^alpha, |Y| counting `</s>` where it ended).
+        A hypothesis that did not end within `limit` tokens is cut there, its log p left as NaN for
+        `_end_at_the_limit`."""
         alpha, eos = options.length_penalty, self.tokenizer.eos_token
         hypotheses = []
         for tokens, score in zip(result.hypotheses, result.scores):
             ended = bool(tokens) and tokens[-1] == eos
             tokens = tokens[:-1] if ended else tokens
-            log_prob = score * length_penalty(len(tokens) + ended, alpha, "hf") if tokens or ended else score
-            ids = self.tokenizer.convert_tokens_to_ids(tokens[:limit])
-            lp = length_penalty(len(ids) + 1, alpha, options.length_penalty_style)
-            hypotheses.append(Hypothesis(ids, log_prob / lp, log_prob))
+            if ended and len(tokens) <= limit:
+                log_prob = score * length_penalty(len(tokens) + 1, alpha, "hf")
+                lp = length_penalty(len(tokens) + 1, alpha, options.length_penalty_style)
+                hypotheses.append(Hypothesis(self.tokenizer.convert_tokens_to_ids(tokens), log_prob / lp, log_prob))
+            else:
+                hypotheses.append(Hypothesis(self.tokenizer.convert_tokens_to_ids(tokens[:limit]), math.nan, math.nan))
         return hypotheses
+
+    def _end_at_the_limit(self, translator, sources: list[list[str]], hypotheses, options: DecodingOptions) -> None:
+        """As aiayn's search forces `</s>` at a sentence's maximum length: the hypotheses cut there are
+        scored with `</s>` after them (CTranslate2's `score_batch`: log p of the tokens and `</s>`)."""
+        cut = [(i, h) for i, hyps in enumerate(hypotheses) for h in hyps if math.isnan(h.log_prob)]
+        if not cut:
+            return
+        targets = [self.tokenizer.convert_ids_to_tokens(h.tokens) for _, h in cut]
+        scored = translator.score_batch([sources[i] for i, _ in cut], targets, max_input_length=0)
+        for (_, hypothesis), result in zip(cut, scored):
+            hypothesis.log_prob = float(sum(result.log_probs))
+            lp = length_penalty(len(hypothesis.tokens) + 1, options.length_penalty, options.length_penalty_style)
+            hypothesis.score = hypothesis.log_prob / lp
 
 
 def ctranslate2_device(device: str | torch.device | None) -> tuple[str, int]:
