@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install quickstart test test-slow lint format clean gpu-bundle
+.PHONY: install quickstart test test-slow lint format docs docs-serve docs-tables clean gpu-bundle
 
 install: $(VENV)/.installed
 
@@ -36,5 +36,18 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed   ## the documentation site into site/ (strict: a broken link or image fails)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(VENV)/.docs-installed  ## the site at http://127.0.0.1:8000, rebuilt as pages change
+	$(BIN)/mkdocs serve
+
+docs-tables: install           ## rewrite the docs' tables of numbers from benchmarks/results/*.json
+	$(BIN)/python docs/tables.py
+
 clean:
-	rm -rf $(VENV) aiayn-quickstart
+	rm -rf $(VENV) aiayn-quickstart site

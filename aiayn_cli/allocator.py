@@ -3,18 +3,15 @@
 A training step on a CPU allocates and frees tensors of a few MB to a few hundred MB (activations,
 logits and their gradients, in shapes that change with every batch). glibc's malloc hands the
 large ones back to the kernel at every free and faults their pages in again at the next step, and
-its arenas fragment as the shapes change: on the Multi30k recipe (2-core AMD EPYC, bf16) the
-process grew from 1.8 to 3.4 GB in ten minutes. jemalloc keeps and reuses that memory: 1.14x
-the tokens per second there, in half the memory. This is the advice of PyTorch's CPU
-performance guide, and what its launcher does (`python -m torch.backends.xeon.run_cpu
+its arenas fragment as the shapes change. jemalloc keeps and reuses that memory. This is the advice
+of PyTorch's CPU performance guide, and what its launcher does (`python -m torch.backends.xeon.run_cpu
 --enable-jemalloc` sets `LD_PRELOAD`).
 
 jemalloc's defaults still give unused pages back to the kernel after 10 seconds (`dirty_decay_ms`,
 `muzzy_decay_ms`): with steps of one to a few seconds the same hundreds of MB are given back and
-faulted in again all the time. On a 2-core AVX2 AMD EPYC (fp32, `small`, ~8,400 tokens a step) that
-was a fifth of the process's CPU time in the kernel, and jemalloc set never to give pages back
-(`JEMALLOC_CONF`; the process keeps its peak memory) stepped 1.1-1.5x faster, with no kernel time
-left. The restart sets `MALLOC_CONF` to it where the environment has no `MALLOC_CONF` of its own.
+faulted in again all the time, in the kernel. The restart therefore sets `MALLOC_CONF` to keep them
+(the process keeps its peak memory) where the environment has no `MALLOC_CONF` of its own. The
+measurements behind both choices: CHANGELOG.md (0.1.0).
 
 An allocator can only be chosen before the process starts, so the `aiayn` commands that train
 start again, once, with `LD_PRELOAD` naming the library (`os.execve`: the same process id, the same

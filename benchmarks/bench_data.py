@@ -1,6 +1,6 @@
 """Data pipeline on Multi30k (en-de): tokenizer training, tokenization throughput, cache reuse, padding.
 
-    python benchmarks/bench_data.py [--multi30k DIR] [--num-proc N]
+    python benchmarks/bench_data.py [--multi30k DIR] [--num-proc N]     # writes benchmarks/results/bench_data.*.json
 
 Prints one table. The throughput is the best of `--repeats` runs, measured against a reference in the
 same run: the bare `tokenizers` encoder on the same sentences, without `datasets` (`ratio`). On a
@@ -24,6 +24,7 @@ from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split  # noqa: E
 from aiayn_cli.data.corpus import DataSpec, load_split  # noqa: E402
 from aiayn_cli.data.tokenization import train_tokenizer  # noqa: E402
 from aiayn_cli.precision import machine_summary  # noqa: E402
+from benchmarks import results  # noqa: E402
 from benchmarks.local_data import MULTI30K  # noqa: E402
 
 
@@ -42,7 +43,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--num-proc", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="best of this many timed runs")
+    results.add_argument(parser, "bench_data")
     args = parser.parse_args()
+    recorder = results.Recorder("bench_data")
     rows = []
 
     spec = DataSpec(data_dir=args.multi30k, source_lang="en", target_lang="de")
@@ -138,6 +141,8 @@ def main() -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+    path = recorder.write({"rows": [dict(zip(("measured", "on", "result"), row)) for row in rows]}, args.results)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,30 @@ def write_jsonl(path: Path, pairs, source_lang: str = "en", target_lang: str = "
     return write_lines(path, rows)
 
 
+HUB_README = """---
+task_categories:
+- translation
+language:
+- en
+- de
+size_categories:
+- 10K<n<100K
+---
+# Multi30k
+"""
+
+
+def write_hub_layout(folder: Path, sizes=(("train", 300), ("val", 20), ("test", 10))) -> Path:
+    """A folder as the Hub holds `bentrevett/multi30k`: a README.md and one JSON-lines file per split,
+    each row `{"en": ..., "de": ...}` (`val.jsonl` is the validation split)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "README.md").write_text(HUB_README, encoding="utf-8")
+    for seed, (name, n) in enumerate(sizes):
+        rows = [json.dumps({"en": en, "de": de}, ensure_ascii=False) for en, de in make_pairs(n, seed=seed)]
+        write_lines(folder / f"{name}.jsonl", rows)
+    return folder
+
+
 def write_tsv(path: Path, pairs) -> Path:
     return write_lines(path, [f"{s}\t{t}" for s, t in pairs])
 

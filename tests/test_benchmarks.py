@@ -131,10 +131,19 @@ def corpus(tmp_path):
 
 @pytest.mark.slow
 def test_bench_data_and_bench_scale_run_on_a_small_corpus(corpus, tmp_path):
-    stdout = _run("bench_data.py", "--multi30k", str(corpus), "--vocab-size", "400", "--repeats", "1")
+    out = tmp_path / "bench_data.json"
+    stdout = _run(
+        "bench_data.py", "--multi30k", str(corpus), "--vocab-size", "400", "--repeats", "1", "--results", str(out)
+    )
     _says_which_cpu(stdout)
     for row in ("train joint BPE", "round trip, validation source", "tokenize_split", "token batches"):
         assert re.search(rf"^{re.escape(row)}", stdout, re.M), (row, stdout)
+    from benchmarks.results import read
+
+    assert {row["measured"] for row in read(out)["figures"]["rows"]} >= {
+        "load train split",
+        "random batches of 64 sentences",
+    }
     stdout = _run("bench_scale.py", "--multi30k", str(corpus), "--sizes", "500", "--workdir", str(tmp_path / "w"))
     _says_which_cpu(stdout)
     row = [line for line in stdout.splitlines() if line.startswith("| 0.0005M |")]

@@ -5,39 +5,14 @@ offline (the tests run with HF_DATASETS_OFFLINE=1) the recipe's default fails in
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from conftest import REPO_ROOT, cli_here
-from corpora import make_pairs, write_lines
+from corpora import make_pairs, write_hub_layout
 
 from aiayn_cli.data.corpus import DataSpec, describe_source, load_split
 from aiayn_cli.training.recipe import load_recipe
 
 MULTI30K_RECIPE = REPO_ROOT / "recipes" / "multi30k_en_de.yaml"
-HUB_README = """---
-task_categories:
-- translation
-language:
-- en
-- de
-size_categories:
-- 10K<n<100K
----
-# Multi30k
-"""
-
-
-def write_hub_layout(folder: Path, sizes=(("train", 300), ("val", 20), ("test", 10))) -> Path:
-    """A folder as the Hub holds `bentrevett/multi30k`: a README.md and one JSON-lines file per split,
-    each row `{"en": ..., "de": ...}` (`val.jsonl` is the validation split)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "README.md").write_text(HUB_README, encoding="utf-8")
-    for seed, (name, n) in enumerate(sizes):
-        rows = [json.dumps({"en": en, "de": de}, ensure_ascii=False) for en, de in make_pairs(n, seed=seed)]
-        write_lines(folder / f"{name}.jsonl", rows)
-    return folder
 
 
 def test_the_multi30k_recipe_reads_the_hub_dataset_and_builds_its_tokenizer():

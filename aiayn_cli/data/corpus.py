@@ -272,7 +272,7 @@ def _load_hub_split(spec: DataSpec, split: str, origin: str) -> datasets.Dataset
     unknown = None
     for name in split_candidates(split):
         try:
-            with _quiet_retries():
+            with _quiet_retries(), _offline_where_the_hub_cannot_be_found(str(spec.dataset)):
                 return datasets.load_dataset(str(spec.dataset), spec.dataset_config, split=name, cache_dir=cache_dir)
         except ValueError as err:
             if not str(err).startswith(("Unknown split", "Bad split")):
@@ -302,6 +302,32 @@ def _quiet_retries():
         yield
     finally:
         logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _offline_where_the_hub_cannot_be_found(name: str):
+    """Offline mode (a cached copy or one error, at once) for a Hub dataset where the Hub's host name
+    does not resolve, instead of the Hub client's retries of every request."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if datasets.config.HF_HUB_OFFLINE or Path(name).exists():
+        yield
+        return
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+        yield
+        return
+    except OSError:
+        pass
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
 
 
 def describe_source(spec: DataSpec) -> str:

@@ -370,18 +370,13 @@ def _decode_on_one_thread(
 
 
 # A decoding step's matrix products are (rows, d_model) times a weight: up to this many elements in
-# the rows, splitting them over CPU threads costs more in synchronisation than it saves, on CPUs with
-# AVX-512 (one sentence at beam 4: small 427 tokens/s on one thread against 177 on two, in an earlier
-# measurement). Above it two threads share each operation: on a 2-core AMD EPYC (AVX512-BF16), idle,
-# float32, beam 4, 30 steps, tokens/s on one thread / on two, small dimensions, 4 sentences (4,096
-# elements) 812 / 1,222, 8 sentences 1,008 / 1,521; base, 4 sentences (8,192) 153 / 250.
+# the rows, splitting them over CPU threads costs more in synchronisation than it saves on CPUs with
+# AVX-512; above it two threads share each operation (`python benchmarks/bench_decode.py --threads 1 2`
+# measures both; docs/performance.md).
 ONE_THREAD_MAX_ELEMENTS = 2048
 
-# Where ATen runs AVX2 kernels (no AVX-512) two threads win from one sentence on: a step there reads its
-# weights at a few GB/s (small dimensions: ~21 MB of float32 weights a step, the pre-softmax matrix half
-# of it), and two threads read them faster. A 2-core AMD EPYC with AVX2 only, idle, float32, beam 4, 30
-# steps, best of 3, tokens/s on one thread / two sharing each operation: small, 1 sentence 129 / 181,
-# 2 sentences 210 / 311, 4 sentences 349 / 491; base, 1 sentence 32 / 45.
+# Where ATen runs AVX2 kernels (no AVX-512) two threads win from one sentence on: a step there is bound
+# by reading its weights, and two threads read them faster.
 ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY = {"AVX2": 0}
 
 
@@ -402,13 +397,9 @@ def parallel_parts(sentences: int, rows_per_sentence: int, options: DecodingOpti
     (sentences x beams), else 1 (the threads share each operation, or one thread decodes).
 
     Parts share no work: each thread runs every operation of its part alone, without waiting for the
-    other threads some 150 times per step, but each reads every weight itself, which costs where the
-    rows are few. Measured on a 2-core AMD EPYC (AVX512-BF16), idle, float32, beam 4, 30 steps, 9
-    alternating repetitions, tokens/s with two threads sharing each operation / one part per thread:
-    small dimensions, 4 sentences 1,222 / 906, 8 sentences 1,521 / 1,279, 16 sentences 1,562 / 1,642,
-    32 sentences (another run, 5 repetitions) 1,817 / 2,052; base, 4 sentences 250 / 198, 8 sentences
-    293 / 281, 32 sentences 364 / 379. Not for sampling: its random numbers would then depend on the
-    split (and so on the thread count)."""
+    other threads at every operation of a step, but each reads every weight itself, which costs where
+    the rows are few (`bench_decode.py` measures both against CTranslate2's `inter_threads`). Not for
+    sampling: its random numbers would then depend on the split (and so on the thread count)."""
     threads = torch.get_num_threads()
     if device.type != "cpu" or options.do_sample or sentences * rows_per_sentence < SPLIT_MIN_ROWS * threads:
         return 1

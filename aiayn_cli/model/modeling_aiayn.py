@@ -43,14 +43,10 @@ from .configuration_aiayn import AiaynConfig
 # and normalized. In addition, we apply dropout to the sums of the embeddings and the positional
 # encodings in both the encoder and decoder stacks."
 #
-# On a CPU the mask is drawn from random bits: PyTorch's `bernoulli_`, behind `F.dropout`, runs
-# one element at a time under the generator's lock on CPUs other than Intel's (its MKL path is
-# taken on Intel CPUs only), and so does `torch.rand`, one 32-bit draw per element. One 32-bit
-# draw (`random_` on int32, 31 random bits) gives two 15-bit numbers, one per element: a value is
-# kept where its number is >= round(p * 2^15), with probability 1 - p to within 2^-16, and
-# multiplied by 1 / (1 - p). Forward and backward of a (4000, 1024) activation on a 2-core AMD
-# EPYC (AVX512-BF16): 22 ms with `torch.rand`'s mask, 12-15 ms with this one; `F.dropout` is
-# slower than both (12.5 ms against 7.0 ms with `torch.rand`'s for a (280, 16, 256) bf16 batch).
+# On a CPU the mask is drawn from random bits, two elements per 32-bit draw (`random_` on int32): a
+# value is kept where its 15-bit number is >= round(p * 2^15), with probability 1 - p to within 2^-16,
+# and multiplied by 1 / (1 - p). Why: PyTorch's `bernoulli_` (behind `F.dropout`) and `torch.rand`
+# draw one element at a time under the generator's lock on CPUs other than Intel's (docs/performance.md).
 # ---------------------------------------------------------------------------------------------
 
 
@@ -91,8 +87,8 @@ def scaled_dot_product_attention(
     The written-out form (scores in the inputs' dtype, the softmax in float32, as fairseq computes
     half-precision attention) is taken for the plots' weights and where it is the faster one: in
     training in bf16 or fp16 on a CPU, where PyTorch's fused CPU kernel runs forward and backward
-    1.8-7.5x slower than the three steps at translation lengths (16-128 tokens, measured on a 2-core
-    AMD EPYC with AVX512-BF16). In fp32 the fused kernel is the faster there; on GPUs it is kept.
+    slower than the three steps at translation lengths. In fp32 the fused kernel is the faster there;
+    on GPUs it is kept.
 
     Args:
         query (`torch.Tensor` of shape `(B, h, T_q, d_k)`), key (`(B, h, T_k, d_k)`), value (`(B, h, T_k, d_v)`).

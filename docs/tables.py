@@ -1,0 +1,198 @@
+"""The tables of numbers in the README and the docs, generated from the results files.
+
+A table sits between two markers in a Markdown file:
+
+    <!-- table: quickstart -->
+    | ... generated ... |
+    <!-- /table -->
+
+`NAME` is a table of `TABLES` (a renderer over the results files it names), or `rows:RESULT` for the
+rows of the results files named RESULT (`benchmarks/results/RESULT.<machine>.json`, `figures.rows`),
+one table row each, with the machine it ran on. `python docs/tables.py` (`make docs-tables`)
+rewrites every table; `python docs/tables.py --check` (and `tests/test_docs.py`) names every table
+that disagrees with its results files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import results  # noqa: E402
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+TABLE = re.compile(r"^<!-- table: (?P<name>[\w:.-]+) -->\n(?P<body>.*?)^<!-- /table -->$", re.M | re.S)
+
+
+@dataclass
+class Row:
+    text: str  # one Markdown line
+    source: Path | None  # the results file it comes from (None: a header line)
+
+
+def results_files(name: str) -> list[tuple[Path, dict]]:
+    """The results files named `name` (every machine's), checked, in file-name order."""
+    return [(path, results.read(path)) for path in sorted(results.RESULTS_DIR.glob(f"{name}.*.json"))]
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def _hardware(record: dict) -> str:
+    return results.describe(record["machine"])
+
+
+def _load(record: dict) -> str:
+    before, after = record["load_average"]["before"], record["load_average"]["after"]
+    return f"{before[0]:.1f} / {after[0]:.1f}" if before and after else "-"
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {round(seconds % 60):02d} s" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def quality() -> list[Row]:
+    """BLEU of the runs a user can repeat: the quickstart and the Multi30k recipe, with their hardware."""
+    rows = [
+        Row("| run | sacreBLEU | signature | training | end to end | hardware | command |", None),
+        Row("|---|---|---|---|---|---|---|", None),
+    ]
+    for path, r in results_files("quickstart"):
+        f = r["figures"]
+        text = (
+            f"| quickstart: generated en->de, {f['sentences']} held-out sentences | {f['sacrebleu']:.2f} | "
+            f"`{f['signature']}` | {f['train_steps']:,} steps ({f['precision']}) | {_minutes(f['seconds'])} | "
+            f"{_hardware(r)} | `{r['command']}` |"
+        )
+        rows.append(Row(text, path))
+    for path, r in results_files("multi30k_en_de"):
+        f = r["figures"]
+        text = (
+            f"| Multi30k en->de, test2016 | {f['sacrebleu']:.2f} | `{f['signature']}` | "
+            f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']}) | {f['wall_minutes']:.0f} min | "
+            f"{_hardware(r)} | `aiayn train multi30k_en_de` |"
+        )
+        rows.append(Row(text, path))
+    return rows
+
+
+def measured_runs(name: str) -> Callable[[], list[Row]]:
+    """Every results file named `name`: its command, machine, commit, date and load average."""
+
+    def render() -> list[Row]:
+        rows = [
+            Row("| command | hardware | commit | date | load average before / after | threads |", None),
+            Row("|---|---|---|---|---|---|", None),
+        ]
+        for path, r in results_files(name):
+            commit = (r["commit"] or "?")[:10] + (" (modified)" if r.get("dirty") else "")
+            text = f"| `{r['command']}` | {_hardware(r)} | {commit} | {r['date'][:10]} | {_load(r)} | {r['threads']} |"
+            rows.append(Row(text, path))
+        return rows
+
+    return render
+
+
+def result_rows(name: str) -> list[Row]:
+    """`figures.rows` of every results file named `name`, one line each, with the machine."""
+    found = results_files(name)
+    keys = list(dict.fromkeys(k for _, r in found for row in r["figures"].get("rows", []) for k in row))
+    rows = [Row("| " + " | ".join([*keys, "hardware"]) + " |", None), Row("|---" * (len(keys) + 1) + "|", None)]
+    for path, r in found:
+        for row in r["figures"].get("rows", []):
+            cells = [_number(row[k]).replace("<", "&lt;").replace("|", "\\|") if k in row else "-" for k in keys]
+            rows.append(Row("| " + " | ".join([*cells, _hardware(r)]) + " |", path))
+    return rows
+
+
+TABLES: dict[str, Callable[[], list[Row]]] = {
+    "quality": quality,
+    "quickstart-runs": measured_runs("quickstart"),
+    "multi30k-runs": measured_runs("multi30k_en_de"),
+    "bench_data-runs": measured_runs("bench_data"),
+}
+
+
+def render(name: str) -> list[Row]:
+    """The table's lines; without any results file, one line that says so (no row without hardware)."""
+    if name.startswith("rows:"):
+        rows = result_rows(name.removeprefix("rows:"))
+    elif name in TABLES:
+        rows = TABLES[name]()
+    else:
+        raise KeyError(f"no table {name!r} (tables: {', '.join(TABLES)}, or rows:RESULT)")
+    return rows if any(row.source for row in rows) else [Row("*No results file yet.*", None)]
+
+
+def tables_in(path: Path) -> list[tuple[str, str]]:
+    """(name, body) of each table marker pair in a Markdown file."""
+    return [(m["name"], m["body"]) for m in TABLE.finditer(path.read_text(encoding="utf-8"))]
+
+
+def disagreements(pages: list[Path] = PAGES) -> list[str]:
+    """One line for each table whose text is not what its results files give, naming both."""
+    found = []
+    for page in pages:
+        for name, body in tables_in(page):
+            expected, actual = render(name), body.rstrip("\n").split("\n") if body.strip() else []
+            for i in range(max(len(expected), len(actual))):
+                want = expected[i].text if i < len(expected) else None
+                have = actual[i] if i < len(actual) else None
+                if want != have:
+                    source = expected[i].source if i < len(expected) else None
+                    files = [_rel(source)] if source else sorted({_rel(r.source) for r in expected if r.source})
+                    found.append(
+                        f"{_rel(page)}: table '{name}' disagrees with {', '.join(files) or 'its results files (none)'} "
+                        f"at its line {i + 1}: {have!r} where the results give {want!r}; run `make docs-tables`"
+                    )
+                    break
+    return found
+
+
+def write(pages: list[Path] = PAGES) -> list[Path]:
+    """Rewrite every table from its results files; the pages changed."""
+    changed = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+
+        def fill(match: re.Match) -> str:
+            lines = [row.text for row in render(match["name"])]
+            return f"<!-- table: {match['name']} -->\n" + "\n".join(lines) + "\n<!-- /table -->"
+
+        new = TABLE.sub(fill, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            changed.append(page)
+    return changed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="only say which tables disagree (exit 1 if any)")
+    args = parser.parse_args()
+    if args.check:
+        problems = disagreements()
+        print("\n".join(problems) or "every table agrees with its results files")
+        sys.exit(1 if problems else 0)
+    for page in write():
+        print(f"rewrote the tables of {_rel(page)}")
+
+
+if __name__ == "__main__":
+    main()
