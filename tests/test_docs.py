@@ -30,7 +30,7 @@ PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(?P<fence>```|~~~)(?P<lang>[\w+-]*)[^\n]*\n(?P<code>.*?)^(?P=fence)\s*$", re.M | re.S)
 MARKER = re.compile(r"^<!-- not run: (?P<reason>.+?) -->$")
 SHELL, PYTHON = {"bash", "sh", "shell", "console"}, {"python", "py"}
-MAX_MARKERS = 18
+MAX_MARKERS = 22
 
 
 def blocks(page: Path) -> list[dict]:
