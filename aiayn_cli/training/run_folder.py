@@ -139,7 +139,7 @@ def locked_run_folder(output: Path) -> Iterator[None]:
     if int(os.environ.get("RANK", "0")) != 0:
         yield
         return
-    created = not output.exists()
+    created = [folder for folder in (output, *output.parents) if not folder.exists()]  # innermost first
     output.mkdir(parents=True, exist_ok=True)
     fd = os.open(output / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     locked = False
@@ -161,7 +161,8 @@ def locked_run_folder(output: Path) -> Iterator[None]:
         if locked and created and os.listdir(output) == [LOCK_FILE]:  # a run that failed before writing anything
             with contextlib.suppress(OSError):
                 (output / LOCK_FILE).unlink()
-                output.rmdir()
+                for folder in created:  # and the folders made for it (runs/), where still empty
+                    folder.rmdir()
         raise
     finally:
         os.close(fd)  # releases the lock
