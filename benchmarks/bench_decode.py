@@ -60,7 +60,8 @@ and at least T - 1 (so T decoder steps; its last LayerNorm leans towards `</s>` 
 hypothesis ends there, `ending_at_once`); the direct calls pass the same limits to `translate_batch`,
 with every thread on each operation (`ct2_direct`) and, from 2 sentences a thread on, one replica of
 one thread per part (`ct2_direct_inter`). `aiayn_ct2/ct2_direct` is the engine's cost (> 0.9: within
-10%); `--no-engine` leaves them out.
+10%); where other load makes that ratio noisy, `aiayn_ct2_own_share` says the same within one call: the
+share of the engine's time spent outside CTranslate2's `translate_batch`. `--no-engine` leaves them out.
 
 The rows also go to a results file (`benchmarks/results.py`: the command, commit, CPU model and flags,
 versions, threads, load average before and after, date), `benchmarks/results/bench_decode.<machine>.json`
@@ -294,6 +295,31 @@ def engine_options(steps: int, beams: int) -> DecodingOptions:
     )
 
 
+class _TimedTranslator:
+    """CTranslate2's translator, timing each `translate_batch` call: the engine's own share of a batch is
+    the rest of its `_decode` call (a ratio within one call, which other load on the machine moves little)."""
+
+    def __init__(self, translator):
+        self.translator, self.seconds = translator, []
+
+    def __getattr__(self, name: str):
+        return getattr(self.translator, name)
+
+    def translate_batch(self, *args, **kwargs):
+        start = time.perf_counter()
+        results = self.translator.translate_batch(*args, **kwargs)
+        self.seconds.append(time.perf_counter() - start)
+        return results
+
+
+_ENGINE_SHARES: dict[str, list[float]] = {}  # in CTranslate2's process: the engine's own share of each call
+
+
+def _engine_share(name: str) -> float:
+    """The median over this row's timed calls of (engine call - translate_batch) / engine call."""
+    return statistics.median(_ENGINE_SHARES[name])
+
+
 def _engine_load(name: str, folder: str, cache: str, dtype: str, threads: int) -> None:
     """aiayn's CTranslate2 engine on the saved model, and CTranslate2 itself on the folder the engine
     converted it into (`ct2_direct`, and with `_inter` one replica per thread)."""
@@ -302,7 +328,8 @@ def _engine_load(name: str, folder: str, cache: str, dtype: str, threads: int) -
     os.environ["AIAYN_CACHE"] = cache
     torch.set_num_threads(threads)
     engine = Translator.from_pretrained(folder, device="cpu", dtype=dtype, engine="ctranslate2")
-    _TRANSLATORS[name] = engine
+    engine.ctranslate2 = _TimedTranslator(engine.ctranslate2)
+    _TRANSLATORS[name], _ENGINE_SHARES[name] = engine, []
     direct = name.replace("aiayn_ct2", "ct2_direct")
     compute_type = engine.compute_type
     _TRANSLATORS[direct] = ctranslate2_translator(str(engine.folder), compute_type, threads)
@@ -313,9 +340,11 @@ def _engine_load(name: str, folder: str, cache: str, dtype: str, threads: int) -
 def _engine_timed(name: str, sources: list[list[int]], steps: int, beams: int) -> tuple[float, int]:
     engine = _TRANSLATORS[name]
     options = engine_options(steps, beams)
+    engine.ctranslate2.seconds.clear()
     start = time.perf_counter()
     hyps = engine._decode(sources, options)  # a batch, as `Translator.hypotheses` decodes it
     seconds = time.perf_counter() - start
+    _ENGINE_SHARES[name].append((seconds - sum(engine.ctranslate2.seconds)) / seconds)
     assert {len(h[0].tokens) for h in hyps} == {steps - 1}, {len(h[0].tokens) for h in hyps}
     assert all(len(h) == 1 and h[0].log_prob < 0 for h in hyps)  # ended with </s>
     return seconds, steps * len(sources)
@@ -465,6 +494,8 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
             seconds, tokens[name] = timed(systems[name], args.device)
             times[name].append(seconds)
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
+    for name in (n for n in systems if n.startswith("aiayn_ct2")):  # the engine's own share of its time
+        row[f"{name}_own_share"] = models.ctranslate2_process().apply(_engine_share, (name,))
     row["device"] = args.device
     for name in systems:
         row[f"{name}_tok_s"] = tokens[name] / statistics.median(times[name])
@@ -620,6 +651,11 @@ random float32 weights, the same threads, on {args.device}; systems alternate wi
 a/b = median over repetitions of b's time / a's time within the repetition (> 1: a is faster).
 """)
     print_table(rows)
+    shares = [(r, k) for r in rows for k in r if k.endswith("_own_share")]
+    if shares:
+        print("\naiayn's CTranslate2 engine: its own share of a call (outside translate_batch), median:")
+        for r, k in shares:
+            print(f"  {r['dims']} batch {r['batch']} threads {r['threads']} {k[: -len('_own_share')]}: {r[k]:.2%}")
     if len(args.threads) > 1:
         print_best_table(rows)
     reasons = {r["ctranslate2"] for r in rows if "ctranslate2" in r}

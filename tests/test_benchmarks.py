@@ -67,6 +67,7 @@ def test_bench_decode_runs_every_system(tmp_path):
         if ct2:
             assert row["aiayn/ctranslate2"] > 0 and row["aiayn_int8/ctranslate2_int8"] > 0
             assert row["aiayn_ct2/ct2_direct"] > 0 and row["aiayn_ct2_int8/ct2_direct_int8"] > 0
+            assert 0 < row["aiayn_ct2_own_share"] < 1 and 0 < row["aiayn_ct2_int8_own_share"] < 1
             # CTranslate2 with one replica per thread, where aiayn splits the batch over threads
             split = row["batch"] >= 2 * row["threads"] and row["threads"] > 1
             assert ("aiayn/ctranslate2_inter" in row) == split and ("ctranslate2_int8_inter_tok_s" in row) == split
