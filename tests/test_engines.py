@@ -136,7 +136,8 @@ def test_translate_engine_ctranslate2_prints_the_torch_engines_translations(mode
         ),
         (
             ("--engine", "ctranslate2", "--precision", "bf16", "--length-penalty-style", "hf"),
-            "error: --precision bf16: CTranslate2 has no bfloat16 on cpu here; choose one of auto, fp32, int8",
+            "error: --precision bf16: CTranslate2 has no bfloat16 on cpu here; choose one of auto, fp32; "
+            "--quantization int8 for its int8",
         ),
         (
             ("--engine", "ctranslate2", "--alignment"),

@@ -34,7 +34,7 @@ import torch
 from ..errors import AiaynError
 from .defaults import ENGINES
 from .search import DecodingOptions, Hypothesis, length_penalty, max_output_lengths, output_length_cap
-from .translator import Translator
+from .translator import INT8, Translator
 
 # Part of the cache key: a change to what `save_ctranslate2` writes makes every cached folder stale.
 CONVERTER_VERSION = 1
@@ -154,10 +154,12 @@ def compute_type(dtype: str | None, device: str) -> str:
     else:
         raise AiaynError(f"{dtype}: choose one of auto, {', '.join(COMPUTE_TYPES)}", key="dtype")
     if chosen not in supported:
-        names = [name for name, kind in COMPUTE_TYPES.items() if kind in supported]
+        names = [name for name, kind in COMPUTE_TYPES.items() if kind in supported and name != INT8]
+        int8 = "; {quantization} int8 for its int8" if COMPUTE_TYPES[INT8] in supported else ""
         raise AiaynError(
-            f"{dtype}: CTranslate2 has no {chosen} on {device} here; choose one of auto, {', '.join(names)}",
+            f"{dtype}: CTranslate2 has no {chosen} on {device} here; choose one of auto, {', '.join(names)}{int8}",
             key="dtype",
+            mentions=("quantization",),
         )
     return chosen
 
