@@ -24,7 +24,7 @@ def test_files_in_every_format(model_dir, tmp_path, capsys, monkeypatch):
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(
-        ["alignment.txt", "attention.json", "attention.txt", "explorer.html"]
+        [".aiayn-written.json", "alignment.txt", "attention.json", "attention.txt", "explorer.html"]
         + [f"sentence{n}_{k}.png" for n in (1, 2) for k in ("cross", "decoder", "encoder")]
     )
     assert "layer 2, mean of heads" in (out / "attention.txt").read_text()
@@ -89,7 +89,7 @@ def _broken_models(tmp_path, model_dir):
         ("encoder layer", "--layer 5: the model's encoder has layers 1 to 2"),
         ("head", "--head 9: the model has heads 1 to 4"),
         ("references", "--references"),
-        ("unwritable", "is not a folder"),
+        ("unwritable", "is a file, not a folder"),
         ("no folder", "does not exist"),
         ("format", "--format gif"),
     ],

@@ -195,4 +195,4 @@ def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
     name = "model.shared.weight"
     assert torch.allclose(got[name], (w20[name] + w30[name]) / 2, atol=1e-7)
     code, _, err = cli_here(monkeypatch, capsys, "average", run, "--last", "2", "-o", tmp_path / "avg")
-    assert code == 2 and "exists; pass --overwrite" in err
+    assert code == 2 and "exists and holds a model folder; pass --overwrite" in err

@@ -124,7 +124,7 @@ def test_export_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
     model_dir = saved_model(tmp_path / "model")
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "file").write_text("x")
-    with pytest.raises(AiaynError, match="not an empty folder"):
+    with pytest.raises(AiaynError, match="holds files that are not part of a CTranslate2 export"):
         export_ctranslate2(model_dir, tmp_path / "busy")
     with pytest.raises(AiaynError, match="quantization int4: choose one of float32, int8"):
         export_ctranslate2(model_dir, tmp_path / "out", quantization="int4")

@@ -274,7 +274,7 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
                 "--output-dir",
                 tmp_path / "not_empty",
             ],
-            "not empty",
+            "holds files that are not part of a folder for the Hub",
         )
     )
     no_tokenizer = tmp_path / "bare"

@@ -67,9 +67,14 @@ def test_quickstart_recipe_learns_the_generated_language(tmp_path):
 def test_quickstart_refuses_a_non_empty_folder(tmp_path, monkeypatch, capsys):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "keep.txt").write_text("mine")
-    code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs")
-    assert code == 2 and "--overwrite" in err
+    for overwrite in ([], ["--overwrite"]):  # a folder holding anything but a quickstart's is never used
+        code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs", *overwrite)
+        assert code == 2 and "holds files that are not part of a quickstart (e.g. keep.txt)" in err, err
     assert (tmp_path / "qs" / "keep.txt").read_text() == "mine"
+    (tmp_path / "qs" / "keep.txt").unlink()
+    (tmp_path / "qs" / "test.hyp.de").write_text("an earlier quickstart's\n")
+    code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs")
+    assert code == 2 and "exists and holds a quickstart; pass --overwrite to replace it" in err, err
 
 
 @pytest.mark.parametrize("minutes", ["0", "-1", "nan", "inf"])

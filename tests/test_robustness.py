@@ -113,11 +113,11 @@ def test_average_never_replaces_its_inputs_or_a_run(monkeypatch, capsys, tmp_pat
     other.mkdir()
     (other / "notes.txt").write_text("mine\n")
     refused = {
-        "is or contains the input checkpoint": [run, "--last", "2", "-o", run],  # the command
-        "is or contains the input": [run / "checkpoint-20", run / "checkpoint-30", "-o", run / "checkpoint-30"],
-        "contains the input": [run, "--last", "2", "-o", tmp_path],
+        "holds the input": [run, "--last", "2", "-o", run],  # the command
+        "is the input": [run / "checkpoint-20", run / "checkpoint-30", "-o", run / "checkpoint-30"],
+        "holds the input ": [run, "--last", "2", "-o", tmp_path],
         "is a training run folder": [tmp_path / "run" / "checkpoint-10", "-o", _fake_run(tmp_path / "run2", tiny)],
-        "is not a model folder": [run, "--last", "2", "-o", other],
+        "holds files that are not part of a model folder (e.g. notes.txt)": [run, "--last", "2", "-o", other],
     }
     for expected, args in refused.items():
         line = one_error_line(*aiayn(monkeypatch, capsys, "average", *args, "--overwrite")[::2])

@@ -123,14 +123,25 @@ def test_bad_options_and_existing_output(tmp_path):
         train_tokenizer(spec, vocab_size=100)
     with pytest.raises(AiaynError, match="model must be one of bpe, unigram"):
         train_tokenizer(spec, model="wordpiece")
+    with pytest.raises(AiaynError, match="vocab_size must be at most 1,000,000"):
+        train_tokenizer(spec, vocab_size=99999999999)  # the trainer would abort the process
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    with pytest.raises(AiaynError, match="exists and is not empty; pass overwrite"):
-        train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "out", show_progress=False)
+    for overwrite in (False, True):  # a folder holding anything but a tokenizer is never replaced
+        with pytest.raises(AiaynError, match="holds files that are not part of a tokenizer"):
+            train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "out", overwrite=overwrite, show_progress=False)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
+    (tmp_path / "out" / "keep.txt").unlink()
+    train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "out", show_progress=False)  # empty: written
+    with pytest.raises(AiaynError, match="exists and holds a tokenizer; pass overwrite"):
+        train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "out", show_progress=False)
     train_tokenizer(spec, vocab_size=400, output_dir=tmp_path / "out", overwrite=True, show_progress=False)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]
+    for inside in (tmp_path / "data", tmp_path):  # the corpus' folder, or a folder holding it
+        with pytest.raises(AiaynError, match="the input"):
+            train_tokenizer(spec, vocab_size=400, output_dir=inside, overwrite=True, show_progress=False)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["train.de", "train.en"]
 
 
 def test_a_failure_while_saving_leaves_nothing(tmp_path, monkeypatch):

@@ -197,6 +197,12 @@ def open_pairs(spec: DataSpec, split: str) -> PairStream:
     return PairStream(origin, chunks, lambda: _local_fingerprint(fmt, [h.digest() for h in hashers], spec))
 
 
+def split_files(spec: DataSpec, split: str) -> list[Path]:
+    """The local files a split is read from (none for a Hub dataset): what no output may replace."""
+    spec.validate()
+    return [] if spec.dataset else _local_files(spec, split)[1]
+
+
 def data_fingerprint(spec: DataSpec, split: str, identity_file: Path | None = None) -> str:
     """The fingerprint `load_split` gives the split (content and cleaning), without reading local
     files whose size, modification time and inode match `identity_file`'s record of them."""
@@ -502,4 +508,5 @@ __all__ = [
     "new_report",
     "open_pairs",
     "split_candidates",
+    "split_files",
 ]

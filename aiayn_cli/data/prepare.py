@@ -86,7 +86,7 @@ def prepare_split(
         num_proc: tokenizing processes; None: this machine's cores (one for fewer than 100,000 pairs).
         cache_dir: default `default_prepared_dir(spec)`.
     """
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_prepared_dir(spec)
+    cache_dir = Path(os.path.realpath(cache_dir if cache_dir is not None else default_prepared_dir(spec)))
     fingerprint = data_fingerprint(spec, split, cache_dir / IDENTITIES)
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     key = xxhash.xxh3_128_hexdigest(

@@ -29,14 +29,18 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from ..errors import AiaynError
-from ..files import staging_dir
-from .corpus import DataSpec, clean_chunks, load_split, new_report, open_pairs
+from ..files import check_output_folder, staging_dir
+from .corpus import DataSpec, clean_chunks, load_split, new_report, open_pairs, split_files
 from .vocabulary import SPECIAL_TOKENS
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))  # ids 4 .. 259
 MODELS = ("bpe", "unigram")
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 40
+MAX_VOCAB_SIZE = 1_000_000
+TOKENIZER_FILES = frozenset(
+    {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja"}
+)
 
 
 def train_tokenizer(
@@ -72,9 +76,10 @@ def train_tokenizer(
             unless `overwrite`.
         model_max_length: the longest input, in tokens, that the tokenizer reports to `transformers`.
     """
-    _check_options(vocab_size, model, min_frequency, max_sentences, model_max_length)
+    _check_options(vocab_size, model, min_frequency, max_sentences, model_max_length, seed)
+    inputs = corpus_inputs(data, split) if isinstance(data, DataSpec) else ()
     if output_dir is not None:
-        check_output_dir(Path(output_dir), overwrite)
+        output_dir = check_output_dir(Path(output_dir), overwrite, inputs)
     report = None
     if isinstance(data, DataSpec) and data.dedup:  # repeats are found over the whole corpus
         data = load_split(data, split, show_progress=show_progress)
@@ -120,13 +125,13 @@ def train_tokenizer(
         clean_up_tokenization_spaces=False,  # decoding must give back "a , b" as it was
     )
     if output_dir is not None:
-        save_atomically(fast, Path(output_dir), overwrite)
+        save_atomically(fast, Path(output_dir), overwrite, inputs)
     fast.cleaning_report = report  # what reading a DataSpec found (None for other data)
     return fast
 
 
 def _check_options(
-    vocab_size: int, model: str, min_frequency: int, max_sentences: int | None, model_max_length: int
+    vocab_size: int, model: str, min_frequency: int, max_sentences: int | None, model_max_length: int, seed: int = 0
 ) -> None:
     if model not in MODELS:
         raise AiaynError(f"must be one of {', '.join(MODELS)}, got {model!r}", key="model")
@@ -135,12 +140,18 @@ def _check_options(
             f"must be at least {MIN_VOCAB_SIZE} (4 special tokens, 256 byte tokens and an alphabet), got {vocab_size}",
             key="vocab_size",
         )
+    if vocab_size > MAX_VOCAB_SIZE:  # the trainers abort (a Rust panic) from 2**31 on
+        raise AiaynError(
+            f"must be at most {MAX_VOCAB_SIZE:,} (the paper's is ~37,000), got {vocab_size}", key="vocab_size"
+        )
     if min_frequency < 0:
         raise AiaynError(f"must be 0 or more, got {min_frequency}", key="min_frequency")
     if max_sentences is not None and max_sentences < 1:
         raise AiaynError(f"must be at least 1, got {max_sentences}", key="max_sentences")
     if model_max_length < 1:
         raise AiaynError(f"must be at least 1, got {model_max_length}", key="model_max_length")
+    if seed < 0:
+        raise AiaynError(f"must be 0 or more, got {seed}", key="seed")
 
 
 def _sentences(data, max_sentences: int | None, seed: int) -> tuple[Iterator[list[str]], int]:
@@ -222,21 +233,29 @@ def _with_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
     return rebuilt
 
 
-def check_output_dir(output_dir: Path, overwrite: bool) -> None:
-    """Raise `AiaynError` unless `output_dir` may be written: absent, empty, or `overwrite`."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise AiaynError(f"{output_dir}: exists and is not a folder", key="output")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise AiaynError(
-            f"{output_dir}: exists and is not empty; pass {{overwrite}} to replace it",
-            key="output",
-            mentions=("overwrite",),
-        )
+def check_output_dir(output_dir: Path, overwrite: bool, inputs=()) -> Path:
+    """Raise `AiaynError` unless `output_dir` may be written (`files.check_output_folder`): absent, empty,
+    or with `overwrite` a folder holding only a tokenizer's files; never one of `inputs` (the corpus'
+    files and folders) or a folder holding one."""
+    return check_output_folder(
+        output_dir, own=is_tokenizer_file, what="a tokenizer", overwrite=overwrite, inputs=inputs, key="output"
+    )
 
 
-def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwrite: bool = False) -> None:
+def corpus_inputs(spec: DataSpec, split: str) -> list[Path]:
+    """The files and folders a split of local data is read from, which no output may replace."""
+    named = [spec.data_dir, spec.source_file, spec.target_file, spec.data_file]
+    return [Path(p) for p in named if p is not None and "{split}" not in str(p)] + split_files(spec, split)
+
+
+def is_tokenizer_file(path: Path) -> bool:
+    """A file `save_pretrained` writes for a tokenizer (a tokenizer folder holds nothing else)."""
+    return path.name in TOKENIZER_FILES and path.is_file() and not path.is_symlink()
+
+
+def save_atomically(tokenizer: PreTrainedTokenizerFast, output_dir: Path, overwrite: bool = False, inputs=()) -> None:
     """`save_pretrained` into a temporary sibling folder, then rename it to `output_dir`."""
-    check_output_dir(output_dir, overwrite)
+    output_dir = check_output_dir(output_dir, overwrite, inputs)
     with staging_dir(output_dir) as staging:  # fsynced, renamed; removed on any error
         tokenizer.save_pretrained(staging)
 
@@ -249,7 +268,9 @@ __all__ = [
     "PAD_ID",
     "SPECIAL_TOKENS",
     "UNK_ID",
+    "TOKENIZER_FILES",
     "check_output_dir",
+    "is_tokenizer_file",
     "save_atomically",
     "train_tokenizer",
 ]

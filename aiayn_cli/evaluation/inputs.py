@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AiaynError
-from ..files import atomic_open, check_output_file
+from ..files import check_output_file, open_output
 from .metrics import moses_languages
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def inputs_from_split(
         if engine != "torch":
             description["engine"] = engine
         if output is not None:
-            with atomic_open(output) as out:
+            with open_output(output) as out:
                 out.writelines(line + "\n" for line in hyps)
             description["hypotheses"] = str(output)
     else:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AiaynError
-from ..files import atomic_open, check_output_file
+from ..files import check_output_file, open_output
 from .metrics import METRIC_MODULES, metric_path, moses_languages
 
 METRICS = ("sacrebleu", "chrf", "ter")
@@ -138,11 +138,12 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def write_json(results: dict[str, Any], path: str | Path) -> None:
-    """Write `results` as JSON to `path`, under a temporary name first and then renamed, so that a
-    failure never leaves a half-written file."""
+    """Write `results` as JSON to `path` by the output rule (`files.open_output`): a file under a temporary
+    name first and then renamed, so that a failure never leaves a half-written file; a device or FIFO
+    written into."""
     path = check_output_file(path)
     try:
-        with atomic_open(path) as f:
+        with open_output(path) as f:
             json.dump(results, f, indent=2, ensure_ascii=False)
             f.write("\n")
     except PermissionError:

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from ..errors import AiaynError, first_line
-from ..files import staging_dir
+from ..files import check_output_folder, staging_dir
 
 CITATION = """@inproceedings{vaswani2017attention,
   title     = {Attention Is All You Need},
@@ -207,14 +207,17 @@ def public_recipe(recipe: Path) -> str:
 
 def stage_folder(model_dir: str | Path, output_dir: str | Path, info: CardInfo) -> list[Path]:
     """Write the exact folder that `push` uploads into `output_dir` (atomically); return its files."""
-    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    model_dir, named = Path(model_dir), Path(output_dir)
     if not model_dir.is_dir():
         raise AiaynError(f"{model_dir}: no such model folder")
-    if output_dir.exists() and any(output_dir.iterdir()):
-        raise AiaynError(
-            f"{output_dir}: exists and is not empty; choose another {{output_dir}} or remove it",
-            mentions=("output_dir",),
-        )
+    output_dir = check_output_folder(  # absent or empty: the output rule of files.py
+        output_dir,
+        own=lambda path: False,
+        what="a folder for the Hub",
+        overwrite=None,
+        inputs=[model_dir],
+        key="output_dir",
+    )
     model, tokenizer = load_for_staging(model_dir)
     info.recipe = info.recipe or find_beside(model_dir, RECIPE_NAMES)
     info.learning_curve = info.learning_curve or find_beside(model_dir, CURVE_NAMES)
@@ -233,7 +236,7 @@ def stage_folder(model_dir: str | Path, output_dir: str | Path, info: CardInfo) 
             text = json.dumps(without_local_paths(info.evaluation), indent=2) + "\n"
             (staging / "eval_results.json").write_text(text, encoding="utf-8")
         (staging / "README.md").write_text(model_card(model, info), encoding="utf-8")
-    return sorted(p for p in output_dir.rglob("*") if p.is_file())
+    return sorted(named / p.relative_to(output_dir) for p in output_dir.rglob("*") if p.is_file())  # as named
 
 
 def push_folder(

@@ -11,12 +11,11 @@ folder beside the output and moved in at the end: a mistake leaves nothing half-
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AiaynError
-from ..files import staging_files
+from ..files import check_output_files, staging_files
 from .alignment import align, format_alignment
 from .explorer import explorer_html
 from .extract import KINDS, Explanation, explain
@@ -25,6 +24,7 @@ from .views import check_layer_head, view
 
 FORMATS = ("png", "html", "text", "json", "align")
 FILE_FORMATS = ("png", "html", "json")
+FILE_NAMES = {"text": "attention.txt", "align": "alignment.txt", "json": "attention.json", "html": "explorer.html"}
 
 
 @dataclass
@@ -46,6 +46,7 @@ class AttentionRequest:
     device: str = "auto"
     precision: str = "fp32"  # auto, fp32, bf16 or fp16
     decoding: dict = field(default_factory=dict)  # DecodingOptions overrides for the model's own translation
+    overwrite: bool = False  # replace files in `output` that aiayn attention did not write (or that were edited)
 
 
 def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
@@ -55,6 +56,9 @@ def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
 
     sources, references = _inputs(request)
     _check_options(request)
+    if request.output is not None:  # the output rule, before any work: files of other names stay
+        names = _file_names(request, len(sources))
+        check_output_files(request.output, names, overwrite=request.overwrite, key="output")
     translator = Translator.from_pretrained(request.model, device=request.device, dtype=request.precision)
     explanations = explain(translator, None, sources, references, **request.decoding)
     for ex in explanations[:1]:  # the same model for all: check the ranges once, before writing
@@ -62,9 +66,9 @@ def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
             check_layer_head(ex, kind, request.layer, request.head)
     texts = {}
     if "text" in request.formats:
-        texts["attention.txt"] = _text(explanations, request)
+        texts[FILE_NAMES["text"]] = _text(explanations, request)
     if "align" in request.formats:
-        texts["alignment.txt"] = _alignments(explanations, request.alignment_layer)
+        texts[FILE_NAMES["align"]] = _alignments(explanations, request.alignment_layer)
     if request.output is None:
         return [], "".join(texts.values())
     return _write(explanations, request, texts), ""
@@ -110,15 +114,14 @@ def _check_options(request: AttentionRequest) -> None:
         raise AiaynError(
             f"{{formats}} {needs_folder[0]} writes files: give an output folder with -o", mentions=("formats",)
         )
-    if request.output is not None:
-        output = Path(request.output)
-        if output.exists() and not output.is_dir():
-            raise AiaynError(f"-o {output}: exists and is not a folder")
-        parent = output if output.is_dir() else output.parent
-        if not parent.is_dir():
-            raise AiaynError(f"-o {output}: the folder {parent} does not exist")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise AiaynError(f"-o {output}: {parent} is not writable")
+
+
+def _file_names(request: AttentionRequest, sentences: int) -> list[str]:
+    """The files `_write` makes for these formats and sentences."""
+    names = [name for fmt, name in FILE_NAMES.items() if fmt in request.formats]
+    if "png" in request.formats:
+        names += [f"sentence{n}_{kind}.png" for n in range(1, sentences + 1) for kind in request.kinds]
+    return names
 
 
 def _text(explanations: list[Explanation], request: AttentionRequest) -> str:
@@ -160,17 +163,17 @@ def _alignments(explanations: list[Explanation], layer: int | None) -> str:
 def _write(explanations: list[Explanation], request: AttentionRequest, texts: dict[str, str]) -> list[Path]:
     """Every file is made in a staging folder first and moved into the output folder at the end
     (`files.staging_files`): a failure leaves the output folder as it was."""
-    with staging_files(request.output) as tmp:
+    with staging_files(request.output, overwrite=request.overwrite, key="output") as tmp:
         for name, text in texts.items():
             (tmp / name).write_text(text, encoding="utf-8")
         if "json" in request.formats:
             options = {**_narrowing(request), "kinds": list(request.kinds)}
-            (tmp / "attention.json").write_text(to_json(explanations, options), encoding="utf-8")
+            (tmp / FILE_NAMES["json"]).write_text(to_json(explanations, options), encoding="utf-8")
         if "html" in request.formats:
             notes = []
             if request.words or request.hide_eos:  # eq. (1) is per token: the explorer keeps them all
                 notes.append("It shows subword tokens and </s>: --words and --hide-eos apply to png and text.")
-            (tmp / "explorer.html").write_text(explorer_html(explanations, notes), encoding="utf-8")
+            (tmp / FILE_NAMES["html"]).write_text(explorer_html(explanations, notes), encoding="utf-8")
         if "png" in request.formats:
             for number, ex in enumerate(explanations, 1):
                 for kind in request.kinds:

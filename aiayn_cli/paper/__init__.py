@@ -20,11 +20,13 @@ writes PNG figures and a markdown table into an output folder, and returns a `To
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 from pathlib import Path
 
 from ..errors import AiaynError
-from .common import TopicResult, load_model, prepare_output_dir
+from ..files import check_output_files, staging_files
+from .common import TopicResult, load_model
 
 # Topic -> (module, needs --model and a sentence pair)
 TOPICS = {
@@ -44,8 +46,13 @@ def run_topic(
     model: str | None = None,
     source: str | None = None,
     target: str | None = None,
+    overwrite: bool = False,
 ) -> TopicResult:
-    """Compute one topic's figures and numbers into `output_dir`; `AiaynError` on a user mistake."""
+    """Compute one topic's figures and numbers into `output_dir`; `AiaynError` on a user mistake.
+
+    The files are made in a staging folder and moved into `output_dir` at the end, by the output rule
+    (`files.staging_files`): a file there of the same name is replaced only where `aiayn paper` wrote
+    it (and it is unchanged since), or with `overwrite`."""
     if topic not in TOPICS:
         raise AiaynError(f"unknown topic {topic!r}: choose one of {', '.join(TOPICS)}")
     module_name, needs_model = TOPICS[topic]
@@ -64,14 +71,22 @@ def run_topic(
     for flag, text in (("--source", source), ("--target", target)):
         if text is not None and not text.strip():
             raise AiaynError(f"{flag} is empty: give a sentence")
+    output = Path(output_dir)
+    check_output_files(output, [f"{module_name}.md"], overwrite=overwrite, key="output_dir")
     if model is not None:  # before anything is written: a model that does not load leaves no folder behind
         load_model(model)
-    output = prepare_output_dir(output_dir)
     module = importlib.import_module(f".{module_name}", __name__)
-    if topic == "complexity":  # measured with the threads a model would get here
-        return module.run(output, model=model, source=source, target=target)
-    with one_thread():  # small tensors: a second thread only waits on a busy machine
-        return module.run(output, model=model, source=source, target=target)
+    with staging_files(output, overwrite=overwrite, key="output_dir") as staging:
+        # complexity is measured with the threads a model would get here; the other topics' small
+        # tensors run on one thread (a second one only waits on a busy machine)
+        with contextlib.nullcontext() if topic == "complexity" else one_thread():
+            result = module.run(staging, model=model, source=source, target=target)
+    return dataclasses.replace(
+        result,
+        output_dir=output,
+        figures=[output / path.name for path in result.figures],
+        table=output / result.table.name if result.table is not None else None,
+    )
 
 
 @contextlib.contextmanager

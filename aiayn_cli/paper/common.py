@@ -4,12 +4,9 @@ a small padded batch of real sentences and the tokenizer that reads them."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from ..errors import AiaynError
 
 # Sentence pairs of three lengths (Multi30k style): enough padding to see in a batch.
 SENTENCE_PAIRS = (
@@ -34,18 +31,6 @@ class TopicResult:
     table: Path | None = None
     notes: list[str] = field(default_factory=list)
     numbers: dict[str, Any] = field(default_factory=dict)
-
-
-def prepare_output_dir(output_dir: str | Path) -> Path:
-    """Create `output_dir` and check that files can be written in it; `AiaynError` if not."""
-    path = Path(output_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise AiaynError(f"-o {path}: cannot write there ({err.strerror or err})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise AiaynError(f"-o {path}: cannot write there (permission denied)")
-    return path
 
 
 def pyplot():

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AiaynError
-from ..files import atomic_write
+from ..files import atomic_write, check_output_folder
 
 # The recipe: `recipes/quickstart.yaml` (a model a CPU trains in a few minutes; the paper's recipe otherwise).
 RECIPE = "quickstart"
+OWN = frozenset({"data", "tokenizer", "run", "test.hyp.de"})  # what it writes into its folder
 
 
 @dataclass
@@ -52,12 +53,9 @@ def run_quickstart(
     from ..training.trainer import train
     from .synthetic import write_corpus
 
-    output = Path(output_dir)
-    if output.exists() and any(output.iterdir()) and not overwrite:
-        raise AiaynError(
-            f"{output}: exists and is not empty; pass {{overwrite}} or choose another {{output_dir}}",
-            mentions=("overwrite", "output_dir"),
-        )
+    output = check_output_folder(  # its own folder only: data/, tokenizer/, run/, test.hyp.de
+        output_dir, own=lambda path: path.name in OWN, what="a quickstart", overwrite=overwrite, key="output_dir"
+    )
     if not math.isfinite(minutes) or minutes <= 0:
         raise AiaynError(f"must be a positive number of minutes, got {minutes}", key="minutes")
     output.mkdir(parents=True, exist_ok=True)

@@ -25,14 +25,17 @@ from pathlib import Path
 import torch
 
 from ..errors import AiaynError
-from ..files import staging_dir
+from ..files import check_output_folder, staging_dir
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, sinusoidal_positional_encoding
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
 
 
-def export_ctranslate2(model_dir: str | Path, output_dir: str | Path, quantization: str = "float32") -> Path:
-    """Write `model_dir` (an aiayn model folder or Hub id) as a CTranslate2 model folder `output_dir`."""
+def export_ctranslate2(
+    model_dir: str | Path, output_dir: str | Path, quantization: str = "float32", overwrite: bool = False
+) -> Path:
+    """Write `model_dir` (an aiayn model folder or Hub id) as a CTranslate2 model folder `output_dir` (absent,
+    empty, or with `overwrite` an earlier export: `files.check_output_folder`)."""
     try:
         from ctranslate2.specs import transformer_spec  # noqa: F401
     except ImportError:
@@ -41,9 +44,10 @@ def export_ctranslate2(model_dir: str | Path, output_dir: str | Path, quantizati
         ) from None
     if quantization not in QUANTIZATIONS:
         raise AiaynError(f"{quantization}: choose one of {', '.join(QUANTIZATIONS)}", key="quantization")
-    output_dir = Path(output_dir)
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise AiaynError(f"-o {output_dir}: exists and is not an empty folder; choose another or remove it")
+    inputs = [model_dir] if Path(model_dir).exists() else []
+    output_dir = check_output_folder(
+        output_dir, own=is_export_file, what="a CTranslate2 export", overwrite=overwrite, inputs=inputs, key="output"
+    )
     model, tokenizer = load(str(model_dir))
     return save_ctranslate2(model, tokenizer, output_dir, quantization)
 
@@ -70,6 +74,25 @@ def save_ctranslate2(
         model.generation_config.save_pretrained(staging)
         (staging / "README.md").write_text(readme(model, quantization), encoding="utf-8")
     return output_dir
+
+
+EXPORT_FILES = frozenset(
+    {
+        "model.bin",
+        "config.json",
+        "shared_vocabulary.json",
+        "shared_vocabulary.txt",
+        "README.md",
+        "generation_config.json",
+    }
+)
+
+
+def is_export_file(path: Path) -> bool:
+    """A file an export folder holds: CTranslate2's, the tokenizer's, the README."""
+    from ..data.tokenization import TOKENIZER_FILES
+
+    return (path.name in EXPORT_FILES or path.name in TOKENIZER_FILES) and path.is_file() and not path.is_symlink()
 
 
 def load(model_dir: str):

@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..errors import AiaynError
-from ..files import atomic_write, remove_dir, staging_dir
+from ..errors import AiaynError, first_line
+from ..files import atomic_write, check_not_an_input, check_output_folder, remove_dir, staging_dir
 from .heartbeat import whole_write
 from .training_state import check_no_pickles, load_training_state, save_training_state
 
@@ -41,6 +41,11 @@ CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
 TRAINING_STATE_DIR = "training_state"
 _NOT_COPIED = {TRAINER_STATE, TRAINING_STATE_DIR, "model.safetensors", "model.safetensors.index.json"}
+# What a model folder holds besides its weights; `average` copies these (and the tokenizer's files) only.
+MODEL_FILES = frozenset(
+    {"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json", "averaged_from.json"}
+    | {"configuration_aiayn.py", "modeling_aiayn.py"}  # written from the package's own code, never copied
+)
 
 
 def checkpoint_step(path: Path) -> int | None:
@@ -81,8 +86,8 @@ def read_trainer_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
     path = Path(checkpoint) / TRAINER_STATE
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise AiaynError(f"{path}: not a readable checkpoint state ({err})") from None
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise AiaynError(f"{path}: not a readable checkpoint state ({first_line(err)})") from None
 
 
 def save_checkpoint(
@@ -225,7 +230,9 @@ def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tenso
     return {name: (tensor / len(paths)).to(dtypes[name]).contiguous() for name, tensor in total.items()}
 
 
-def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.PathLike) -> Path:
+def write_averaged_checkpoint(
+    paths: list[str | os.PathLike], output: str | os.PathLike, overwrite: bool = False
+) -> Path:
     """Average `paths` into a new Hub-format folder `output` (configs and tokenizer from the newest).
 
     Raises:
@@ -233,18 +240,33 @@ def write_averaged_checkpoint(paths: list[str | os.PathLike], output: str | os.P
             delete the checkpoints); or a checkpoint is damaged.
     """
     paths = [Path(p) for p in paths]
-    output = Path(output)
-    check_average_output(paths, output)
+    output = check_average_output(paths, Path(output), overwrite)
     _check_same_model(paths)
     averaged = average_checkpoints(paths)
     _check_config_fits(paths[-1], averaged)
     with staging_dir(output) as tmp:  # removed on any error (a full disk included)
-        for item in paths[-1].iterdir():  # config.json, generation_config.json, tokenizer files, model code
-            if item.name not in _NOT_COPIED and not item.name.startswith("model-") and item.is_file():
-                shutil.copy2(item, tmp / item.name)
+        for item in _files_to_copy(paths[-1]):
+            shutil.copy2(item, tmp / item.name)
         save_file(averaged, tmp / "model.safetensors", metadata={"format": "pt"})
         _write_json(tmp / "averaged_from.json", {"checkpoints": [p.name for p in paths]})
     return output
+
+
+def _files_to_copy(checkpoint: Path) -> list[Path]:
+    """The newest checkpoint's configs and tokenizer files (JSON and the tokenizer's own), never anything
+    else it may hold (a pickle, a script); its model code comes from the package itself."""
+    from ..model import configuration_aiayn
+
+    chosen = []
+    for item in sorted(checkpoint.iterdir()):
+        if item.name in _NOT_COPIED or not is_model_file(item):
+            continue
+        if item.suffix == ".py":  # the code `save_pretrained` writes: the package's, not the folder's
+            item = Path(configuration_aiayn.__file__).with_name(item.name)
+            if not item.is_file():
+                continue
+        chosen.append(item)
+    return chosen
 
 
 def _check_same_model(paths: list[Path]) -> None:
@@ -295,20 +317,26 @@ def _check_config_fits(path: Path, weights: dict[str, torch.Tensor]) -> None:
             )
 
 
-def check_average_output(paths: list[Path], output: Path) -> None:
-    """Refuse an output that would replace an input checkpoint, a run folder, or a folder that is not a model."""
-    target = output.resolve()
-    for path in paths:
-        source = path.resolve()
-        if target == source or target in source.parents:
-            raise AiaynError(f"-o {output}: is or contains the input checkpoint {path}; choose a new folder")
-    if output.exists():
-        if not output.is_dir():
-            raise AiaynError(f"-o {output}: is a file, not a model folder")
-        if list_checkpoints(output) or (output / "recipe.yaml").exists():
-            raise AiaynError(f"-o {output}: is a training run folder; choose a new folder (e.g. {output}/averaged)")
-        if any(output.iterdir()) and not (output / "config.json").is_file():
-            raise AiaynError(f"-o {output}: exists and is not a model folder; only a model folder is replaced")
+def check_average_output(paths: list[Path], output: Path, overwrite: bool = False) -> Path:
+    """Refuse an output that would replace an input checkpoint, a run folder, or a folder that is not a
+    model (`files.check_output_folder`); with `overwrite`, a model folder is replaced. Returns the folder."""
+    check_not_an_input(output, paths, key="output")
+    if output.is_dir() and (list_checkpoints(output) or (output / "recipe.yaml").exists()):
+        raise AiaynError(
+            f"{output}: is a training run folder; choose a new folder (e.g. {output}/averaged)", key="output"
+        )
+    return check_output_folder(
+        output, own=is_model_file, what="a model folder", overwrite=overwrite, inputs=paths, key="output"
+    )
+
+
+def is_model_file(path: Path) -> bool:
+    """A file of a model folder as `average` writes it: the weights, configs, tokenizer and model code."""
+    from ..data.tokenization import TOKENIZER_FILES
+
+    name = path.name
+    known = name in MODEL_FILES or name in TOKENIZER_FILES or re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)
+    return bool(known) and path.is_file() and not path.is_symlink()
 
 
 __all__ = [
@@ -316,6 +344,7 @@ __all__ = [
     "checkpoint_step",
     "latest_checkpoint",
     "check_average_output",
+    "is_model_file",
     "list_checkpoints",
     "load_checkpoint",
     "load_weights",

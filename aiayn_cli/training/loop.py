@@ -13,8 +13,10 @@ gradients), with a message naming the step and the last good checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -57,10 +59,11 @@ class StopSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, step=lambda: 0):
+    def __init__(self, step=lambda: 0, on_abort=lambda: None):
         self.received: int | None = None
         self.previous: dict = {}
         self.step = step  # the step being computed, for the message
+        self.on_abort = on_abort  # before the second signal ends the process: remove what is half-written
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -75,6 +78,8 @@ class StopSignals:
         name = signal.Signals(number).name
         if self.received is not None:
             os.write(2, f"\n{name} again: stopping now, without a checkpoint\n".encode())
+            with contextlib.suppress(Exception):
+                self.on_abort()
             signal.signal(number, signal.SIG_DFL)
             os.kill(os.getpid(), number)
             return
@@ -100,7 +105,7 @@ class Run:
         self.t0, self.seconds0 = time.monotonic(), state.train_seconds
         self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = self.seconds0
-        self.signals = StopSignals(step=lambda: self.state.step + 1)
+        self.signals = StopSignals(step=lambda: self.state.step + 1, on_abort=self._remove_partial_checkpoint)
 
     def elapsed(self) -> float:
         return self.seconds0 + time.monotonic() - self.t0
@@ -168,6 +173,13 @@ class Run:
             if stopped_by:
                 break
         return stopped_by
+
+    def _remove_partial_checkpoint(self) -> None:
+        """A checkpoint being written when a second signal ends the run: its `checkpoint-<step>.tmp` goes
+        (the complete checkpoints are never touched)."""
+        if self.accelerator.is_main_process:
+            for path in self.output.glob("checkpoint-*.tmp"):
+                shutil.rmtree(path, ignore_errors=True)
 
     def interrupted(self) -> Interrupted:
         """The error that ends a run stopped by a signal (after its checkpoint)."""
@@ -401,7 +413,7 @@ class Run:
         averaged = self.output / "averaged"
         if accelerator.is_main_process:
             with whole_write():
-                write_averaged_checkpoint(paths, averaged)
+                write_averaged_checkpoint(paths, averaged, overwrite=True)  # the run's own average
         accelerator.wait_for_everyone()
         metrics: dict[str, float] = {}
         if self.data.valid_loader is not None:

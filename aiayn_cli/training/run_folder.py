@@ -18,13 +18,14 @@ import contextlib
 import json
 import os
 import socket
+import typing
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import AiaynError
-from ..files import atomic_write
+from ..files import atomic_write, node_kind
 from .checkpoint import latest_checkpoint, read_trainer_state
 from .recipe import TrainRecipe, load_recipe, recipe_differences
 from .training_state import check_no_pickles
@@ -67,8 +68,22 @@ class TrainState:
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Path) -> TrainState:
+        """The state saved in `checkpoint`, each value of the type this class gives it (else one line)."""
+        from pydantic import TypeAdapter, ValidationError
+
         data = read_trainer_state(checkpoint)
+        if not isinstance(data, dict):
+            raise AiaynError(f"{checkpoint / 'trainer_state.json'}: not a JSON object; resume from another checkpoint")
+        hints = typing.get_type_hints(cls)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key, value in known.items():
+            try:
+                TypeAdapter(hints[key]).validate_python(value, strict=True)
+            except ValidationError as err:
+                expected = err.errors()[0]["msg"].lower()
+                raise AiaynError(
+                    f"{checkpoint / 'trainer_state.json'}: {key}: {expected}, got {value!r}; resume from another checkpoint"
+                ) from None
         return cls(**known)
 
     def to_dict(self) -> dict[str, Any]:
@@ -87,8 +102,7 @@ def prepare_output_dir(recipe: TrainRecipe, resume: str | os.PathLike | None = N
             is not a complete checkpoint of this run.
     """
     output = Path(recipe.output_dir)
-    if output.exists() and not output.is_dir():
-        raise AiaynError(f"{output}: is a file, not a folder", key="output_dir")
+    _check_folder(output)
     _check_same_run(output, recipe, "output folder", "choose another --output-dir")
     if not (output / RECIPE_FILE).is_file() and output.is_dir() and any(p.name != LOCK_FILE for p in output.iterdir()):
         raise AiaynError(
@@ -105,6 +119,13 @@ def prepare_output_dir(recipe: TrainRecipe, resume: str | os.PathLike | None = N
     if checkpoint is not None:
         check_no_pickles(checkpoint)  # before anything is loaded
     return checkpoint
+
+
+def _check_folder(output: Path) -> None:
+    """The run folder is a folder or absent (the output rule of `files.py`: never a file, a device, a FIFO)."""
+    kind = node_kind(output)
+    if kind not in ("missing", "folder"):
+        raise AiaynError(f"{output}: is a {kind}, not a folder", key="output_dir")
 
 
 def _check_same_run(folder: Path, recipe: TrainRecipe, what: str, advice: str) -> None:
@@ -129,8 +150,7 @@ def locked_run_folder(output: Path) -> Iterator[None]:
     the process of rank 0 holds it for all.
     """
     output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise AiaynError(f"{output}: is a file, not a folder", key="output_dir")
+    _check_folder(output)
     try:
         import fcntl
     except ImportError:  # no flock on this system: unlocked, as before
@@ -139,8 +159,10 @@ def locked_run_folder(output: Path) -> Iterator[None]:
     if int(os.environ.get("RANK", "0")) != 0:
         yield
         return
+    named, output = output, Path(os.path.realpath(output))  # a link to a folder (even one not made yet): the folder
     created = [folder for folder in (output, *output.parents) if not folder.exists()]  # innermost first
     output.mkdir(parents=True, exist_ok=True)
+    lock_created = not (output / LOCK_FILE).exists()
     fd = os.open(output / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     locked = False
     try:
@@ -149,7 +171,7 @@ def locked_run_folder(output: Path) -> Iterator[None]:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
             raise AiaynError(
-                f"{output}: in use by another run ({holder}); wait for it to end or choose another {{output_dir}}",
+                f"{named}: in use by another run ({holder}); wait for it to end or choose another {{output_dir}}",
                 key="output_dir",
                 mentions=("output_dir",),
             ) from None
@@ -158,7 +180,7 @@ def locked_run_folder(output: Path) -> Iterator[None]:
         os.pwrite(fd, f"aiayn train, process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
     except BaseException:
-        if locked and created and os.listdir(output) == [LOCK_FILE]:  # a run that failed before writing anything
+        if locked and lock_created:  # a failed run leaves no lock file it made (flock is the lock, not the file)
             with contextlib.suppress(OSError):
                 (output / LOCK_FILE).unlink()
                 for folder in created:  # and the folders made for it (runs/), where still empty

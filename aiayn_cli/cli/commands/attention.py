@@ -46,8 +46,9 @@ def attention(
     output: Annotated[
         Path | None,
         options.output_dir_option(
-            "Write the files here (created if missing, in a folder that exists); text and align go to standard "
-            "output without it."
+            "Write the files here (created if missing, in a folder that exists; other files there stay, files of the "
+            "same names are replaced only where aiayn attention wrote them); text and align go to standard output "
+            "without it."
         ),
     ] = None,
     formats: Annotated[
@@ -159,6 +160,13 @@ def attention(
             "--sample-size", min=1, metavar="N", rich_help_panel=TRAINING, help="With --checkpoints: pairs for AER."
         ),
     ] = 200,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace files in --output-dir that aiayn attention did not write (or that were edited).",
+        ),
+    ] = False,
     decoding: dict | None = None,
 ) -> None:
     """Show the model's attention for sentences: its own translation, or a reference (--reference).
@@ -196,6 +204,7 @@ def attention(
         device=device,
         precision=precision,
         decoding={k: v for k, v in (decoding or {}).items() if v is not None},
+        overwrite=overwrite,
     )
     written, text = attention_report(request)
     if text:

@@ -35,7 +35,9 @@ def average(
             help="Average the N newest checkpoints of the run folder (paper: base 5, big 20).",
         ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output-dir if it exists.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace --output-dir if it holds a model (never other files).")
+    ] = False,
 ) -> None:
     """Average checkpoints element-wise into a new Hub-format model folder."""
     from ...training.checkpoint import list_checkpoints, write_averaged_checkpoint
@@ -54,7 +56,5 @@ def average(
         for path in checkpoints:
             if not path.is_dir():
                 raise AiaynError(f"{path}: not a checkpoint folder")
-    if output.exists() and not overwrite:
-        raise AiaynError(f"{output} exists; pass --overwrite to replace it", key="output")
-    written = write_averaged_checkpoint(checkpoints, output)
+    written = write_averaged_checkpoint(checkpoints, output, overwrite=overwrite)
     typer.echo(f"averaged {len(checkpoints)} checkpoints ({', '.join(p.name for p in checkpoints)}) into {written}")

@@ -162,6 +162,9 @@ def evaluate(
             source_lang=source_lang,
             target_lang=target_lang,
         )
+        from ...data.corpus import split_files
+
+        _check_outputs({"json_path": json_path, "output": output}, split_files(spec, split))
         if grid is not None and "test" in split.lower():
             typer.echo(f"warning: choosing alpha on the {split} split makes its score optimistic; "
                        "choose on the validation split, then score the test split", err=True)  # fmt: skip

@@ -27,7 +27,8 @@ def export(
     model: options.ModelOpt = None,
     to: Annotated[str, typer.Option("--to", metavar="RUNTIME", help="The runtime: ctranslate2.")] = "ctranslate2",
     output: Annotated[
-        Path | None, options.output_dir_option("The folder to write (must not exist, or be empty).")
+        Path | None,
+        options.output_dir_option("The folder to write (absent or empty; an earlier export with --overwrite)."),
     ] = None,
     precision: Annotated[
         options.Precision,
@@ -37,6 +38,7 @@ def export(
         Literal["none", "int8", "int16"],
         typer.Option("--quantization", help="int8 or int16 weights for the linear maps (int16 with fp32 only)."),
     ] = "none",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output-dir if it holds an export.")] = False,
     legacy_model: Annotated[str | None, typer.Argument(hidden=True, show_default=False)] = None,
 ) -> None:
     """Export a model for a fast runtime: CTranslate2 (the package's ctranslate2 extra)."""
@@ -51,5 +53,5 @@ def export(
                          key="quantization")  # fmt: skip
     from ...serving.ctranslate2 import export_ctranslate2
 
-    folder = export_ctranslate2(model, output, quantization=kind)
+    folder = export_ctranslate2(model, output, quantization=kind, overwrite=overwrite)
     typer.echo(f"wrote {folder} (CTranslate2, {kind}); its README.md shows the Python that runs it")

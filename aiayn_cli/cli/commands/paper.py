@@ -23,7 +23,12 @@ TOPICS_HELP = "positions, scaling, masks, complexity, teacher-forcing or normali
 def paper(
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help=f"What to show: {TOPICS_HELP}.", show_default=False)],
     output_dir: Annotated[
-        Path, options.output_dir_option("Where the PNG figures and the markdown table go.", show_default=True)
+        Path,
+        options.output_dir_option(
+            "Where the PNG figures and the markdown table go (other files there stay; files of the same names are "
+            "replaced only where aiayn paper wrote them).",
+            show_default=True,
+        ),
     ] = Path("paper"),
     model: Annotated[
         str | None,
@@ -40,11 +45,17 @@ def paper(
         str | None,
         typer.Option("--target", metavar="TEXT", help="Its reference translation (with --source).", show_default=False),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace files in --output-dir that aiayn paper did not write (or that were edited)."
+        ),
+    ] = False,
 ) -> None:
     """Show one of the paper's claims with figures and numbers computed by aiayn's own code."""
     from ...paper import run_topic
 
-    result = run_topic(topic, output_dir, model=model, source=source, target=target)
+    result = run_topic(topic, output_dir, model=model, source=source, target=target, overwrite=overwrite)
     typer.echo(f"aiayn paper {topic}: what to notice")
     for note in result.notes:
         typer.echo(f"  - {note}")

@@ -27,7 +27,13 @@ def quickstart(
         int, typer.Option("--train-pairs", min=1000, metavar="N", help="Generated training pairs.")
     ] = 20000,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seeds the corpus, the model and the batches.")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Reuse a non-empty --output-dir.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Reuse the --output-dir of an earlier quickstart (a folder holding anything else never is).",
+        ),
+    ] = False,
     progress: Annotated[bool | None, options.progress_option()] = None,
 ) -> None:
     """Run train-tokenizer, train, average, translate and evaluate on a generated English->German corpus."""

@@ -59,7 +59,7 @@ def train_tokenizer(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output-dir if it exists.")] = False,
 ) -> None:
     """Train the shared BPE (or unigram) vocabulary of both languages; it loads with AutoTokenizer."""
-    from ...data.tokenization import check_output_dir
+    from ...data.tokenization import check_output_dir, corpus_inputs
     from ...data.tokenization import train_tokenizer as train_joint_tokenizer
 
     spec = options.data_spec(
@@ -79,7 +79,7 @@ def train_tokenizer(
         max_ratio=max_ratio,
         dedup=dedup,
     )
-    check_output_dir(output, overwrite)  # before reading a corpus that may be large
+    check_output_dir(output, overwrite, corpus_inputs(spec, split))  # before reading a corpus that may be large
     tokenizer = train_joint_tokenizer(
         spec,
         split=split,

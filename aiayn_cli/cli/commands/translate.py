@@ -13,7 +13,7 @@ import typer
 
 from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
-from ...files import atomic_open, check_output_file
+from ...files import STDOUT, check_output_file, open_output
 from .. import options
 
 BATCHING = "Batching and device"
@@ -42,7 +42,11 @@ def translate(
         ),
     ] = None,
     output: Annotated[
-        Path | None, options.output_option("Write the translations here (default: standard output).")
+        Path | None,
+        options.output_option(
+            "Write the translations here (default, or '-': standard output); a device or FIFO is written into, a "
+            "file replaced whole at the end."
+        ),
     ] = None,
     on_long: Annotated[options.OnLong, options.on_long_option(BATCHING)] = "truncate",
     max_tokens: Annotated[int, options.max_tokens_option(BATCHING)] = MAX_TOKENS,
@@ -156,10 +160,10 @@ def _translate_aligned(translator, sentences, input, output, layer, decoding) ->
 
 def _write(results: Iterable[list[tuple[str, float]]], nbest: int, output: Path | None) -> None:
     """Write each result as it comes: one line per input, or `nbest` 'INDEX ||| TEXT ||| SCORE' lines."""
-    if output is None:
+    if output is None or str(output) == STDOUT:
         _write_to(sys.stdout.buffer, results, nbest, flush=True)
         return
-    with atomic_open(output, "wb") as out:  # a link given as --output stays a link
+    with open_output(output, "wb") as out:  # the output rule: a file whole at the end, a device or FIFO as it comes
         _write_to(out, results, nbest, flush=False)
 
 
