@@ -457,23 +457,10 @@ def _as_os_error(err: BaseException, target: Path) -> OSError | None:
     return OSError(number, os.strerror(number), str(target))
 
 
-def check_output_dir(path: str | os.PathLike, key: str | None = None) -> Path:
-    """Before any work: `path` is a folder that files can be added to (`staging_files` then decides on
-    each file), or can be made: absent (its nearest existing parent a writable folder) or a folder;
-    never a file, a device or a FIFO. `key`: the option that named it, for the error line."""
-    path = Path(path)
-    kind = node_kind(Path(os.path.realpath(path)))
-    if kind not in ("missing", "folder"):
-        raise AiaynError(f"{path}: is a {kind}, not a folder; give a folder", key=key)
-    _check_writable_ancestor(Path(os.path.realpath(path)), key, path)
-    return path
-
-
 __all__ = [
     "STDOUT",
     "atomic_open",
     "atomic_write",
-    "check_output_dir",
     "check_output_file",
     "check_output_files",
     "check_output_folder",

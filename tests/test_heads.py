@@ -142,7 +142,14 @@ def test_the_command_writes_the_table_and_figures(six_heads_dir, data_dir, tmp_p
     )  # fmt: skip
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["heads.json", "heads.md", "heads_importance.png", "heads_pruning.png", "heads_roles.png"]
+    assert names == [
+        ".aiayn-written.json",
+        "heads.json",
+        "heads.md",
+        "heads_importance.png",
+        "heads_pruning.png",
+        "heads_roles.png",
+    ]
     data = json.loads((out / "heads.json").read_text())
     assert data["settings"]["importance"] == "gradient" and data["settings"]["sample"] == 4
     assert len(data["heads"]) == 6 and data["total"] == 6

@@ -89,7 +89,12 @@ def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, monke
         monkeypatch, capsys, "attention", "--checkpoints", run, "--sample-size", "3", "-o", out
     )
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["over_training.json", "over_training.md", "over_training.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".aiayn-written.json",
+        "over_training.json",
+        "over_training.md",
+        "over_training.png",
+    ]
     data = json.loads((out / "over_training.json").read_text())
     assert data["steps"] == [10, 25, 40] and data["aer_pairs"] == 3
     assert data["pattern"]["title"] == "encoder-decoder attention, layer 2, mean of heads"

@@ -98,6 +98,7 @@ def test_the_command_writes_the_table_figures_and_aer_per_layer(data_dir, tmp_pa
     )  # fmt: skip
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == [
+        ".aiayn-written.json",  # what the command wrote there (the output rule: files.staging_files)
         "layers.json",
         "layers.md",
         "layers_accuracy.png",

@@ -192,9 +192,10 @@ def pruning_figure(report: HeadReport, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def write_head_report(report: HeadReport, output: str | Path) -> list[Path]:
-    """heads.json, heads.md and three figures, written together (a failure leaves the folder as it was)."""
-    with staging_files(output) as tmp:
+def write_head_report(report: HeadReport, output: str | Path, overwrite: bool = False) -> list[Path]:
+    """heads.json, heads.md and three figures, written together (a failure leaves the folder as it was);
+    a same-named file there that `aiayn heads` did not write is replaced only with `overwrite`."""
+    with staging_files(output, overwrite=overwrite, key="output") as tmp:
         data = json.dumps(report.to_dict(), indent=2, allow_nan=False, default=_plain)
         (tmp / "heads.json").write_text(data + "\n", encoding="utf-8")
         notes = "\n".join(f"- {line}" for line in summary(report))

@@ -265,12 +265,12 @@ def training_notes(report: TrainingReport) -> list[str]:
     return notes
 
 
-def write_training_report(report: TrainingReport, output: str | Path) -> list[Path]:
+def write_training_report(report: TrainingReport, output: str | Path, overwrite: bool = False) -> list[Path]:
     import json
 
     from ..files import staging_files
 
-    with staging_files(output) as tmp:
+    with staging_files(output, overwrite=overwrite, key="output") as tmp:
         (tmp / "over_training.json").write_text(json.dumps(report.to_dict(), allow_nan=False) + "\n", encoding="utf-8")
         text = "# Attention over training\n\n" + training_table(report) + "\n"
         text += "\n".join(f"- {note}" for note in training_notes(report)) + "\n\n![over_training](over_training.png)\n"
@@ -294,6 +294,7 @@ def history_report(
     split: str = "test",
     size: int | None = 200,
     progress=None,
+    overwrite: bool = False,
 ) -> tuple[list[Path], str]:
     """`aiayn attention --checkpoints RUN`: the files written into `output` (none without it) and the
     text for standard output (the AER table and what to notice)."""
@@ -334,7 +335,7 @@ def history_report(
         progress=progress,
     )
     text = training_table(report) + "".join(f"- {note}\n" for note in training_notes(report))
-    return (write_training_report(report, output) if output is not None else []), text
+    return (write_training_report(report, output, overwrite) if output is not None else []), text
 
 
 __all__ = [

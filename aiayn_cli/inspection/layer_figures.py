@@ -115,8 +115,12 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def write_layer_report(report: LayerReport, sentence: LayerPredictions | None, output: str | Path) -> list[Path]:
-    with staging_files(output) as tmp:
+def write_layer_report(
+    report: LayerReport, sentence: LayerPredictions | None, output: str | Path, overwrite: bool = False
+) -> list[Path]:
+    """layers.json, layers.md and the figures, written together (a same-named file there that `aiayn layers`
+    did not write is replaced only with `overwrite`)."""
+    with staging_files(output, overwrite=overwrite, key="output") as tmp:
         data = report.to_dict()
         if sentence is not None:
             data["sentence"] = vars(sentence)

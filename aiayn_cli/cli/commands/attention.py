@@ -179,7 +179,7 @@ def attention(
 
     if checkpoints is not None:
         _over_training(checkpoints, sentences, reference, output, kinds, layer, head, data_dir,
-                       (source_lang, target_lang), split, sample)  # fmt: skip
+                       (source_lang, target_lang), split, sample, overwrite)  # fmt: skip
         return
     if model is None:
         raise AiaynError("is required (or --checkpoints RUN)", key="model")
@@ -219,18 +219,20 @@ def attention(
         )
 
 
-def _over_training(run, sentences, references, output, kinds, layer, head, data_dir, langs, split, sample) -> None:
-    from ...files import check_output_dir
+def _over_training(
+    run, sentences, references, output, kinds, layer, head, data_dir, langs, split, sample, overwrite
+) -> None:
+    from ...files import check_output_files
     from ...inspection.history import history_report
 
     if kinds and len(kinds) > 1:
         raise AiaynError("with --checkpoints: give one --kind", key="kinds")
     if output is not None:
-        check_output_dir(output, key="output")
+        check_output_files(output, ["over_training.json", "over_training.md"], overwrite=overwrite, key="output")
     written, text = history_report(
         run, output, sentences=sentences, references=references, kind=kinds[0] if kinds else "cross",
         layer=layer, head=head, data_dir=data_dir, langs=langs, split=split, size=sample,
-        progress=lambda line: typer.echo(line, err=True),
+        progress=lambda line: typer.echo(line, err=True), overwrite=overwrite,
     )  # fmt: skip
     typer.echo(text, nl=False)
     for path in written:

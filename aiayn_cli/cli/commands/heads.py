@@ -18,7 +18,8 @@ def heads(
     output: Annotated[
         Path,
         options.output_dir_option(
-            "Where heads.md, heads.json and the figures go (created if missing).", show_default=True
+            "Where heads.md, heads.json and the figures go (created if missing; other files there stay).",
+            show_default=True,
         ),
     ] = Path("heads"),
     dataset: options.DatasetOpt = None,
@@ -86,6 +87,12 @@ def heads(
             "where the device computes it natively, as translate), bf16 or fp16."
         ),
     ] = "fp32",
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace files in --output-dir that aiayn heads did not write (or that were edited)."
+        ),
+    ] = False,
 ) -> None:
     """Measure every head: what it attends to, the loss and BLEU without it, and how many can go.
 
@@ -94,13 +101,13 @@ def heads(
     aiayn heads -m aiayn-quickstart/run/averaged --data-dir aiayn-quickstart/data -s en -t de --beam 1
     """
     from ...decoding.translator import Translator
-    from ...files import check_output_dir
+    from ...files import check_output_files
     from ...inspection.head_figures import summary, table, write_head_report
     from ...inspection.heads import IMPORTANCE, load_sample, measure_heads
 
     if importance not in IMPORTANCE:
         raise AiaynError(f"{importance}: choose one of {', '.join(IMPORTANCE)}", key="importance")
-    check_output_dir(output, key="output")
+    check_output_files(output, ["heads.json", "heads.md"], overwrite=overwrite, key="output")  # before the work
     spec = options.data_spec(
         dataset=dataset,
         dataset_config=dataset_config,
@@ -123,7 +130,7 @@ def heads(
         num_beams=num_beams,
     )
     report.settings.update(model=model, dtype=str(translator.model.dtype).removeprefix("torch."))
-    written = write_head_report(report, output)
+    written = write_head_report(report, output, overwrite=overwrite)
     typer.echo(table(report))
     typer.echo("What to notice:")
     for line in summary(report):

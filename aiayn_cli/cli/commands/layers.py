@@ -16,7 +16,8 @@ def layers(
     output: Annotated[
         Path,
         options.output_dir_option(
-            "Where layers.md, layers.json and the figures go (created if missing).", show_default=True
+            "Where layers.md, layers.json and the figures go (created if missing; other files there stay).",
+            show_default=True,
         ),
     ] = Path("layers"),
     sentence: Annotated[
@@ -58,6 +59,12 @@ def layers(
         ),
     ] = None,
     device: Annotated[str, options.device_option()] = "auto",
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace files in --output-dir that aiayn layers did not write (or that were edited)."
+        ),
+    ] = False,
 ) -> None:
     """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
 
@@ -67,14 +74,14 @@ def layers(
     (AER per layer where the split has true alignments, {split}.align, as the quickstart's data has)
     """
     from ...decoding.translator import Translator
-    from ...files import check_output_dir
+    from ...files import check_output_files
     from ...inspection.heads import load_sample
     from ...inspection.layer_figures import summary, table, write_layer_report
     from ...inspection.layers import alignment_by_layer, alignment_file, layer_predictions, measure_layers
 
     if (sentence is None) != (reference is None):
         raise AiaynError("{sentence} and {reference} go together: give both", mentions=("sentence", "reference"))
-    check_output_dir(output, key="output")
+    check_output_files(output, ["layers.json", "layers.md"], overwrite=overwrite, key="output")  # before the work
     spec = options.data_spec(
         dataset=dataset,
         dataset_config=dataset_config,
@@ -97,7 +104,7 @@ def layers(
     source, target = (sentence, reference) if sentence is not None else (pairs.sources[0], pairs.references[0])
     grid = layer_predictions(translator.model, translator.tokenizer, source, target)
     report.settings = {"model": model, "split": split, "pairs": len(pairs.sources), "alignments": str(align_path)}
-    written = write_layer_report(report, grid, output)
+    written = write_layer_report(report, grid, output, overwrite=overwrite)
     typer.echo(table(report))
     typer.echo("What to notice:")
     for line in summary(report, grid):
