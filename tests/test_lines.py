@@ -8,14 +8,14 @@ from aiayn_cli.data import lines as lines_module
 from aiayn_cli.data.lines import iter_line_chunks, read_lines
 from aiayn_cli.errors import AiaynError
 
-TRICKY = b"\xef\xbb\xbfeins\r\nzwei\xe2\x80\xa8drei\n\n  vier\tf\xc3\xbcnf \x00\nf\xc3\xbcnf\rsechs\nlast\r"
+TRICKY = b"\xef\xbb\xbfeins\r\nzwei\xe2\x80\xa8drei\n\n  vier\tf\xc3\xbcnf \x7f\nf\xc3\xbcnf\rsechs\nlast\r"
 
 
 def test_line_ends_bom_and_ordinary_characters(tmp_path):
     path = tmp_path / "a.txt"
     path.write_bytes(TRICKY)
-    # "\r\n" and a final "\r" end lines; a lone "\r", U+2028, tabs, spaces and NUL are kept.
-    assert read_lines(path) == ["eins", "zwei\u2028drei", "", "  vier\tfünf \x00", "fünf\rsechs", "last"]
+    # "\r\n" and a final "\r" end lines; a lone "\r", U+2028, tabs, spaces and DEL are kept.
+    assert read_lines(path) == ["eins", "zwei\u2028drei", "", "  vier\tfünf \x7f", "fünf\rsechs", "last"]
     path.write_bytes(b"")
     assert read_lines(path) == []
     path.write_bytes(b"\n")
@@ -83,3 +83,21 @@ def test_utf16_and_utf32_files_and_streams_are_refused(tmp_path, encoding, error
         read_lines(path, errors=errors)
     with pytest.raises(AiaynError, match=f"stdin: is {name} text"):
         list(lines_module.decode_lines(iter(data.splitlines(keepends=True)), source="stdin"))
+
+
+def test_nul_bytes_and_utf16_without_a_byte_order_mark_are_refused_by_line(tmp_path):
+    """The issue's row 14: a 3-line BOM-less UTF-16 file read as 4 lines; a NUL became vocabulary."""
+    from aiayn_cli.data.lines import decode_lines
+
+    path = tmp_path / "a.txt"
+    for encoding, name in (("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE")):
+        path.write_bytes("one dog\ntwo cats\nthree birds\n".encode(encoding))
+        with pytest.raises(AiaynError, match=f"a.txt: is {name} text without a byte-order mark"):
+            read_lines(path)
+        with pytest.raises(AiaynError, match=f"stdin: is {name} text without a byte-order mark"):
+            list(decode_lines(path.open("rb"), source="stdin"))
+    path.write_bytes(b"fine\nalso fine\nbad \x00 here\n")
+    with pytest.raises(AiaynError, match=r"a\.txt:3: a NUL byte \(byte 5 of the line\)"):
+        read_lines(path)
+    with pytest.raises(AiaynError, match=r"stdin:3: a NUL byte \(byte 5 of the line\)"):
+        list(decode_lines(path.open("rb"), source="stdin"))

@@ -3,12 +3,14 @@
 Every command that reads sentences from a file reads them here, with the same rules:
 
 - a line ends at `\\n` (as `wc -l` counts); a `\\r` right before it belongs to the ending (CRLF files
-  read as LF files); other separators (`\\u2028`, `\\x85`, form feeds) and NUL are ordinary characters;
+  read as LF files); other separators (`\\u2028`, `\\x85`, form feeds) are ordinary characters;
 - the newline after the last line is optional; an empty file has no lines; a UTF-8 byte-order mark at
   the start of the file is skipped;
 - invalid UTF-8 raises `AiaynError` naming the file, the line and the byte (`errors="strict"`), or is
   replaced by U+FFFD, with the line numbers passed to `on_invalid` (`errors="replace"`);
-- a UTF-16 or UTF-32 text (a byte-order mark of theirs at the start) raises `AiaynError` either way.
+- a UTF-16 or UTF-32 text (a byte-order mark of theirs at the start, or without one, NUL bytes between
+  its characters) raises `AiaynError` either way, and so does any NUL byte (naming the file and line):
+  text holds none, and a NUL would become a token of the vocabulary.
 
 `iter_line_chunks` yields the lines as Arrow string arrays of a few million lines at most, built
 straight from the file's bytes (numpy finds the newlines; no Python string per line), so that a
@@ -74,6 +76,7 @@ def iter_line_chunks(
             if start:
                 start = False
                 _refuse_utf16(block, path)
+                _refuse_bomless_utf16(block, path)
                 if block.startswith(codecs.BOM_UTF8):
                     block = block[len(codecs.BOM_UTF8) :]
             data = carry + block if carry else block
@@ -108,6 +111,9 @@ def decode_lines(raw_lines: Iterable[bytes], source: str = "input") -> Iterator[
     for number, raw in enumerate(raw_lines, 1):
         if number == 1:
             _refuse_utf16(raw, source)
+            _refuse_bomless_utf16(raw, source)
+        if b"\0" in raw:
+            _refuse_nul(source, number, raw.index(b"\0") + 1)
         raw = raw[:-1] if raw.endswith(b"\n") else raw
         raw = raw[:-1] if raw.endswith(b"\r") else raw
         try:
@@ -134,6 +140,23 @@ def _refuse_utf16(start: bytes, source) -> None:
             raise AiaynError(f"{source}: is {name} text (byte-order mark {bom.hex(' ').upper()}); convert it to UTF-8")
 
 
+def _refuse_bomless_utf16(start: bytes, source) -> None:
+    """UTF-16 text without a byte-order mark: mostly ASCII, so NUL at every other byte (odd places: little-endian)."""
+    sample = start[:4096]
+    if len(sample) < 4 or b"\0" not in sample:
+        return
+    for parity, name in ((1, "UTF-16LE"), (0, "UTF-16BE")):
+        half = sample[parity::2]
+        if half.count(0) >= 0.6 * len(half) and sample[1 - parity :: 2].count(0) <= 0.1 * len(half):
+            raise AiaynError(
+                f"{source}: is {name} text without a byte-order mark (NUL between its characters); convert it to UTF-8"
+            )
+
+
+def _refuse_nul(source, line: int, byte: int) -> None:
+    raise AiaynError(f"{source}:{line}: a NUL byte (byte {byte} of the line): text holds none; is it a binary file?")
+
+
 def _lines(data: bytes, path: Path, first_line: int, errors: str, on_invalid, final: bool) -> pa.Array:
     """The lines of `data` (whole lines, each ending in `\\n` unless `final`) as an Arrow string array."""
     raw = np.frombuffer(data, dtype=np.uint8)
@@ -142,6 +165,10 @@ def _lines(data: bytes, path: Path, first_line: int, errors: str, on_invalid, fi
         ends = np.append(ends, len(raw))
     starts = np.empty_like(ends)
     starts[0], starts[1:] = 0, ends[:-1] + 1
+    nul = np.flatnonzero(raw == 0)
+    if len(nul):
+        index = int(np.searchsorted(starts, nul[0], side="right")) - 1
+        _refuse_nul(path, first_line + index, int(nul[0] - starts[index]) + 1)
     # Drop each line's ending: its `\n` and a `\r` before it. (A final line has no `\n`.)
     has_newline = np.ones(len(ends), dtype=bool)
     if final:

@@ -86,21 +86,30 @@ def check_tokenizer(model, tokenizer, where: str = "the tokenizer") -> None:
 
 
 def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str | None = None):
-    """The model and tokenizer of a folder or Hub id (`AutoModelForSeq2SeqLM`, `AutoTokenizer`), or an
-    `AiaynError` line naming what is wrong: a damaged model.safetensors, a config.json whose sizes are
-    not those of the weights, weights the config expects but the file lacks, a generation_config.json
-    that cannot be read or decoded with, a tokenizer that cannot be loaded. `key`: the option that named
-    the model, for the error line."""
+    """The model and tokenizer of a folder or Hub id (`AutoModelForSeq2SeqLM`, `AutoTokenizer`), checked
+    whole, or an `AiaynError` line naming what is wrong (`key`: the option that named the model):
+
+    - a local path that is not a folder; pickled weights (`pytorch_model.bin`), which are never loaded
+      (unpickling can run code): safetensors only;
+    - a damaged model.safetensors; a config.json whose sizes are not those of the weights; weights the
+      config expects but the file lacks, or weights it holds that the config does not use;
+    - a weight that holds NaN or infinity;
+    - a generation_config.json that cannot be read or decoded with; a tokenizer that cannot be loaded.
+    """
     import transformers
     from safetensors import SafetensorError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
+    check_local(path_or_hub_id, key=key)
     where = str(path_or_hub_id)
     folder = Path(where).expanduser()
+    _refuse_pickled_weights(folder, key)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # its report of mismatched weights: the line below says it
     try:
-        model, info = AutoModelForSeq2SeqLM.from_pretrained(where, revision=revision, output_loading_info=True)
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(
+            where, revision=revision, output_loading_info=True, use_safetensors=True
+        )
     except SafetensorError as err:
         raise AiaynError(
             f"{where}: its model.safetensors is damaged or truncated ({first_line(err)})", key=key
@@ -117,12 +126,7 @@ def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str |
         raise AiaynError(f"{where}: cannot load a model ({first_line(err)})", key=key) from None
     finally:
         transformers.logging.set_verbosity(verbosity)
-    if info.get("missing_keys"):
-        missing = sorted(info["missing_keys"])
-        raise AiaynError(
-            f"{where}: model.safetensors lacks {len(missing)} weight(s) that config.json asks for (e.g. {missing[0]})",
-            key=key,
-        )
+    _check_weights(model, info, where, key)
     if (folder / "generation_config.json").is_file():
         try:
             GenerationConfig.from_pretrained(folder)
@@ -139,6 +143,47 @@ def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str |
             f"{_broken_json(folder) or where}: cannot load its tokenizer ({first_line(err)})", key=key
         ) from None
     return model, tokenizer
+
+
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
+
+
+def _refuse_pickled_weights(folder: Path, key: str | None) -> None:
+    """A local folder whose weights are only pickled: one line (they are never unpickled)."""
+    if not folder.is_dir() or any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").exists():
+        return
+    pickled = [name for name in PICKLED_WEIGHTS if (folder / name).exists()]
+    if pickled:
+        raise AiaynError(
+            f"{folder}: its weights are pickled ({pickled[0]}), and pickles are not loaded (loading one can run "
+            "code); convert them to model.safetensors (safetensors' convert script, or save_pretrained)",
+            key=key,
+        )
+
+
+def _check_weights(model, info: dict, where: str, key: str | None) -> None:
+    """Every weight the config asks for is in the file, every weight in the file is used, all finite."""
+    if info.get("missing_keys"):
+        missing = sorted(info["missing_keys"])
+        raise AiaynError(
+            f"{where}: model.safetensors lacks {len(missing)} weight(s) that config.json asks for (e.g. {missing[0]})",
+            key=key,
+        )
+    if info.get("unexpected_keys"):
+        unused = sorted(info["unexpected_keys"])
+        raise AiaynError(
+            f"{where}: model.safetensors holds {len(unused)} weight(s) that config.json does not use (e.g. "
+            f"{unused[0]}); the config saved with the weights belongs beside them",
+            key=key,
+        )
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise AiaynError(
+                f"{where}: the weight {name} holds {bad} NaN or infinite value(s) of {tensor.numel()}; the model "
+                "cannot translate (a diverged run? use an earlier checkpoint)",
+                key=key,
+            )
 
 
 def _broken_json(folder: Path) -> Path | None:
@@ -234,7 +279,6 @@ class Translator:
         from .engines import engine_class
 
         translator_class = engine_class(engine)  # a wrong name is refused before the model loads
-        _check_local(path_or_hub_id)
         model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
         return translator_class(model, tokenizer, device=device, dtype=dtype)
 
@@ -458,12 +502,13 @@ def _progress_bar(total: int, enabled: bool):
     return tqdm(total=total, unit="sent", disable=not enabled, desc="translating", dynamic_ncols=True)
 
 
-def _check_local(path_or_hub_id: str) -> None:
-    """A model given as a local path must exist (else the Hub would say "Repo id must be in the form ...")."""
+def check_local(path_or_hub_id: str, key: str | None = "model", what: str = "model") -> None:
+    """A `what` given as a local path must be an existing folder (else the Hub would say "Repo id must be
+    in the form ..."); a Hub id (`user/name`) passes."""
     path = Path(path_or_hub_id).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise AiaynError(f"{path_or_hub_id}: is a file; give the model's folder", key="model")
+            raise AiaynError(f"{path_or_hub_id}: is a file; give the {what}'s folder", key=key)
         return
     first = path_or_hub_id.split("/")[0]
     if (
@@ -471,12 +516,14 @@ def _check_local(path_or_hub_id: str) -> None:
         or path_or_hub_id.count("/") > 1
         or "\\" in path_or_hub_id
         or (first != path_or_hub_id and Path(first).is_dir())
+        or not path_or_hub_id.strip()
     ):
-        raise AiaynError(f"{path_or_hub_id}: no such model folder", key="model")
+        raise AiaynError(f"{path_or_hub_id}: no such {what} folder", key=key)
 
 
 __all__ = [
     "Translator",
+    "check_local",
     "check_tokenizer",
     "decode_lines",
     "load_pretrained",

@@ -13,9 +13,10 @@ and the page at `/` has the explorer's "look inside" view of it.
 `POST /v1/translate` takes the options of `aiayn translate` (same names without dashes, same
 defaults: the model's generation_config) and answers what `aiayn translate` prints for the same
 sentences. Every error is one JSON object `{"error": "one line"}` with its status: 400 for a body
-that is not JSON or not UTF-8, 413 for a body over the size limit, 422 for a request that breaks
-the schema or a limit (sentences per request, characters per sentence) or asks for what this
-version cannot do (word alignments).
+that is not JSON, not UTF-8 or nested too deeply, and for a request that is not HTTP (`server.py`),
+413 for a body over the size limit, 422 for a request that breaks the schema (its types strict:
+`"beam": "4"` is refused) or a limit (sentences per request, characters per sentence) or asks for what
+this version cannot do (word alignments).
 
 LibreTranslate's API is answered too (`libretranslate.py`: `POST /translate`, `GET /languages`),
 through the same checks and the same batcher, with LibreTranslate's statuses.
@@ -71,8 +72,9 @@ def request_schema() -> type[BaseModel]:
     fields["on_long"] = (Literal[ON_LONG], Field("truncate", description="An input longer than the model's limit."))
     return create_model(
         "TranslateRequest",
-        __config__=ConfigDict(extra="forbid"),
-        __doc__="The options of `aiayn translate`; those left out take the model's generation_config values.",
+        __config__=ConfigDict(extra="forbid", strict=True),  # "beam": "4" or true is refused, not read as 4 or 1
+        __doc__="The options of `aiayn translate`; those left out take the model's generation_config values "
+        "(types strict: a number may be an integer, nothing else stands for another type).",
         **fields,
     )
 
@@ -268,7 +270,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:
         message = str(err.detail)
         if err.status_code == 400 and message == "There was an error parsing the body":
-            message = "the body is not valid JSON in UTF-8"
+            nested = isinstance(err.__cause__, RecursionError)
+            message = "the body's JSON is nested too deeply" if nested else "the body is not valid JSON in UTF-8"
         return error(err.status_code, message)
 
 

@@ -27,7 +27,7 @@ Finite = dict(allow_inf_nan=False)
 class AttentionRequest(BaseModel):
     """One sentence; the decoding options of `/v1/translate` for its translation (the model's by default)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as /v1/translate: "layer": "2" is refused
 
     text: str = Field(description="One source sentence.")
     reference: str | None = Field(

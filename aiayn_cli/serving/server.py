@@ -6,6 +6,7 @@ answer, then the batcher stops and the process exits 0 (a second SIGINT quits at
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -42,7 +43,9 @@ def serve(
     translator.decoding_options()  # the defaults can be decoded with (else one line, before listening)
     info = {"model": model, **recipe_languages(model), **{k: v for k, v in (languages or {}).items() if v}}
     app = create_app(translator, limits, info)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False, http=json_errors_protocol()
+    )
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once it is done; a handler that does nothing
     # turns that into a normal return, so a graceful stop exits 0.
@@ -57,6 +60,21 @@ def serve(
             f"{{host}} {host} {{port}} {port}: could not listen there (see the message above)",
             mentions=("host", "port"),
         )
+
+
+def json_errors_protocol():
+    """uvicorn's HTTP protocol (the one it would choose), answering a request that is not HTTP with the
+    API's JSON error shape instead of its plain text."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class JsonErrors(AutoHTTPProtocol):
+        def send_400_response(self, msg: str) -> None:
+            body = json.dumps({"error": f"not a valid HTTP request ({msg.rstrip('.').lower()})"}).encode()
+            head = f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            self.transport.write(head.encode("ascii") + b"connection: close\r\n\r\n" + body)
+            self.transport.close()
+
+    return JsonErrors
 
 
 def recipe_languages(model: str) -> dict:

@@ -45,6 +45,7 @@ PositiveFloat = Annotated[StrictFloat, Field(gt=0)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
 NonNegativeFloat = Annotated[StrictFloat, Field(ge=0)]
 Probability = Annotated[StrictFloat, Field(ge=0, lt=1)]
+Seed = Annotated[StrictInt, Field(ge=0, lt=2**32)]
 Duration = StrictStr | StrictFloat  # minutes, or '90m', '1.5h', '3600s' (checked by `parse_duration`)
 
 
@@ -148,8 +149,8 @@ class TrainRecipe:
     """The split to validate on (Multi30k's `val` files are found under this name too); null: none."""
     max_length: PositiveInt = 256
     """Training pairs with a side longer than this many tokens are dropped."""
-    seed: StrictInt = 1
-    """Seeds the model initialization, dropout and the batch order."""
+    seed: Seed = 1
+    """Seeds the model initialization, dropout and the batch order (0 to 2**32 - 1, NumPy's range)."""
 
     # --- batches (§5.1: ~25,000 source + ~25,000 target tokens per step) ----------------------
     max_tokens: PositiveInt = 4096
@@ -623,11 +624,24 @@ def recipe_differences(old: TrainRecipe, new: TrainRecipe) -> list[str]:
                 continue
             if isinstance(a.get(key), dict) and isinstance(b.get(key), dict):
                 walk(a[key], b[key], full + ".")
-            elif a.get(key) != b.get(key):
+            elif _compared(full, a.get(key)) != _compared(full, b.get(key)):
                 differences.append(f"{full}: {a.get(key)!r} -> {b.get(key)!r}")
 
     walk(old.to_dict(), new.to_dict(), "")
     return differences
+
+
+# Keys that name local files or folders: `data` and `./data` (or its absolute path) are one folder.
+PATH_KEYS = frozenset(
+    {"data.data_dir", "data.prefix", "data.source_file", "data.target_file", "data.data_file", "data.cache_dir"}
+)
+
+
+def _compared(key: str, value: Any) -> Any:
+    """A recipe value as runs are compared: a local path resolved (links followed), anything else as it is."""
+    if key in PATH_KEYS and isinstance(value, str) and value:
+        return os.path.realpath(os.path.expanduser(value))
+    return value
 
 
 def recipe_field_docs(cls: type = TrainRecipe) -> dict[str, str]:

@@ -167,6 +167,7 @@ def _train(
     recipe = recipe.in_precision(precision)
     output = Path(recipe.output_dir)
     checkpoint = prepare_output_dir(recipe, resume)
+    saved = TrainState.from_checkpoint(checkpoint) if checkpoint is not None else None  # read (and checked) early
     building = tokenizer_missing(recipe)
     if building:  # the data is read now: say which first
         _say_data(recipe)
@@ -196,8 +197,7 @@ def _train(
         tokenizer_hash=tokenizer_hash(tokenizer),
         data_fingerprint=data.fingerprint,
     )
-    if checkpoint is not None:
-        saved = TrainState.from_checkpoint(checkpoint)
+    if saved is not None:
         check_resumable(
             saved, checkpoint, state.num_processes, state.tokenizer_hash, state.data_fingerprint, accept_new_data
         )
@@ -407,6 +407,9 @@ def load_tokenizer(path: str):
     """The tokenizer of `aiayn train-tokenizer` (a folder, or a Hub id)."""
     from transformers import AutoTokenizer
 
+    from ..decoding.translator import check_local
+
+    check_local(path, key=None, what="tokenizer")  # a missing folder is not a Hub id to look up
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:

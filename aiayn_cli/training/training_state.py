@@ -17,7 +17,9 @@ holds a pickle (or any file this module does not write) is refused before anythi
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -36,10 +38,11 @@ PICKLE_SUFFIXES = {".pkl", ".pickle", ".bin", ".pt", ".pth", ".ckpt", ".npy", ".
 
 
 def check_no_pickles(checkpoint: Path) -> None:
-    """Refuse a checkpoint holding a pickle (by name or by content) or a file aiayn does not write."""
-    for path in sorted(Path(checkpoint).rglob("*")):
-        if path.is_dir():
-            continue
+    """Refuse a checkpoint holding a pickle (by name or by content) or a file aiayn does not write; links
+    are followed, into linked folders too (each folder once)."""
+    for path in _all_files(Path(checkpoint)):
+        if not path.is_file():  # a FIFO would block the read below; a dangling link names nothing
+            raise AiaynError(f"{path}: not a regular file in a checkpoint; it is refused")
         pickled = path.suffix in PICKLE_SUFFIXES
         if path.suffix in SAFE_SUFFIXES - {".safetensors", ".png"}:  # text: a pickle starts with b"\x80" (protocol 2+)
             with path.open("rb") as f:
@@ -49,6 +52,19 @@ def check_no_pickles(checkpoint: Path) -> None:
                 f"{path}: {'a pickle' if pickled else 'a file aiayn does not write'} in a checkpoint; loading it "
                 "could run code, so it is refused (aiayn checkpoints hold only safetensors and JSON)"
             )
+
+
+def _all_files(folder: Path) -> list[Path]:
+    """Every file under `folder`, links to files and folders followed (a link loop is walked once)."""
+    found, seen = [], set()
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs.clear()
+            continue
+        seen.add(real)
+        found += [Path(root) / name for name in names]
+    return sorted(found)
 
 
 def save_training_state(accelerator, optimizer, folder: Path) -> None:
@@ -74,22 +90,47 @@ def save_training_state(accelerator, optimizer, folder: Path) -> None:
 
 
 def load_training_state(accelerator, optimizer, folder: Path) -> None:
-    """Restore what `save_training_state` wrote (the caller has checked the folder with `check_no_pickles`)."""
-    rest = json.loads((folder / OPTIMIZER_JSON).read_text(encoding="utf-8"))
-    optimizer.load_state_dict(_join_optimizer_state(_load(folder / OPTIMIZER_TENSORS), rest))
+    """Restore what `save_training_state` wrote (the caller has checked the folder with `check_no_pickles`);
+    a file that is damaged, truncated or of another shape is one `AiaynError` naming it."""
+    rest = _read_json(folder / OPTIMIZER_JSON)
+    with _names(folder / OPTIMIZER_JSON):
+        optimizer.load_state_dict(_join_optimizer_state(_load(folder / OPTIMIZER_TENSORS), rest))
     if accelerator.scaler is not None and (folder / SCALER_JSON).is_file():
-        accelerator.scaler.load_state_dict(json.loads((folder / SCALER_JSON).read_text(encoding="utf-8")))
+        with _names(folder / SCALER_JSON):
+            accelerator.scaler.load_state_dict(_read_json(folder / SCALER_JSON))
     rank = accelerator.process_index
     rng = _load(folder / f"rng-{rank}.safetensors")
-    torch.set_rng_state(rng["torch"])
-    cuda = [rng[f"cuda.{i}"] for i in range(len(rng) - 1)]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
-    states = json.loads((folder / f"rng-{rank}.json").read_text(encoding="utf-8"))
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = states["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    with _names(folder / f"rng-{rank}.safetensors"):
+        torch.set_rng_state(rng["torch"])
+        cuda = [rng[f"cuda.{i}"] for i in range(len(rng) - 1)]
+        if cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(cuda)
+    states = _read_json(folder / f"rng-{rank}.json")
+    with _names(folder / f"rng-{rank}.json"):
+        version, internal, gauss = states["python"]
+        random.setstate((version, tuple(internal), gauss))
+        name, keys, pos, has_gauss, cached = states["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AiaynError(f"{path}: missing; the checkpoint is incomplete (resume from another one)") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise AiaynError(f"{path}: damaged or truncated ({first_line(err)}); resume from another checkpoint") from None
+
+
+@contextlib.contextmanager
+def _names(path: Path):
+    """A state file whose contents do not have the shape this module writes: one line naming it."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
+        raise AiaynError(
+            f"{path}: not the state aiayn saved ({type(err).__name__}: {first_line(err)}); resume from another checkpoint"
+        ) from None
 
 
 def _load(path: Path) -> dict[str, torch.Tensor]:

@@ -101,8 +101,7 @@ def push(
 ) -> None:
     """Upload a model folder, with its tokenizer, code and model card, to the Hugging Face Hub."""
     model_dir = Path(options.model_from_argument(model, legacy_model, "push"))
-    if "/" not in repo_id or repo_id.count("/") != 1:
-        raise AiaynError(f"--repo-id {repo_id!r}: expected USER/NAME")
+    _check_repo_id(repo_id)
     evaluation = _read_json(eval_json) if eval_json else None
     from ...hub.publish import CardInfo, push_folder, stage_folder
 
@@ -132,6 +131,25 @@ def push(
             target, repo_id, token=token, private=private, revision=revision, commit_message=commit_message
         )
     typer.echo(f"pushed {model_dir} to https://huggingface.co/{repo_id}  ({url})")
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """USER/NAME as the Hub names repositories (letters, digits, '-', '_', '.'; not starting or ending with
+    '-' or '.'; no '--' or '..'; at most 96 characters), checked before anything is written."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    user, sep, name = repo_id.partition("/")
+    if not sep or not user or not name or "/" in name:
+        raise AiaynError(f"{repo_id!r}: expected USER/NAME", key="repo_id")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise AiaynError(
+            f"{repo_id!r}: not a Hub repository name (USER/NAME of letters, digits, '-', '_' and '.', not starting "
+            "or ending with '-' or '.', no '--' or '..', at most 96 characters)",
+            key="repo_id",
+        ) from None
 
 
 def _read_json(path: Path) -> dict:
