@@ -33,6 +33,7 @@ A library's report of a full disk (safetensors' and tokenizers' Rust errors: "No
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -386,7 +387,8 @@ def check_output_files(folder: str | os.PathLike, names, *, overwrite: bool = Fa
 
 
 def node_kind(path: Path) -> str:
-    """What is at `path` (links followed): missing, file, folder, character device, FIFO, socket, block device."""
+    """What is at `path` (links followed): missing, file, folder, character device, FIFO, socket, block device,
+    link loop."""
     import stat
 
     try:
@@ -395,6 +397,10 @@ def node_kind(path: Path) -> str:
         return "missing"
     except NotADirectoryError:
         return "missing"  # a file's child: its folder is not a folder, said by the folder check
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "link loop"
+        raise
     for test, name in (
         (stat.S_ISREG, "file"),
         (stat.S_ISDIR, "folder"),

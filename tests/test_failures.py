@@ -443,3 +443,59 @@ def test_row_17_a_request_that_is_not_http_gets_the_json_error_shape(tiny):
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower(), answer
     assert set(json.loads(body)) == {"error"} and json.loads(body)["error"].startswith("not a valid HTTP request")
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by the bad-input sweep (issue 34's note): each was a traceback or a line that misled
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sweep_a_link_loop_is_named_not_a_traceback(monkeypatch, capsys, tmp_path):
+    loop, good = tmp_path / "loop", tmp_path / "ref.txt"
+    loop.symlink_to(loop)
+    good.write_text("w5 w6\n")
+    for args in (["-i", loop, "-r", good], ["-i", good, "-r", loop]):
+        line = _line(monkeypatch, capsys, "evaluate", *args, "--metrics", "chrf")
+        assert str(loop) in line, line
+    line = _line(monkeypatch, capsys, "evaluate", "-i", good, "-r", good.with_name("x"), "--json", loop)
+    assert line == f"error: --json {loop}: is a link loop, not a file; give a file name"
+
+
+def test_sweep_average_of_a_config_that_is_not_an_object(monkeypatch, capsys, tmp_path, tiny):
+    model = _copy(tiny, tmp_path / "array-config")
+    (model / "config.json").write_text("[1, 2]")
+    line = _line(monkeypatch, capsys, "average", model, tiny, "-o", tmp_path / "avg")
+    assert line == f"error: {model / 'config.json'}: not a JSON object (a model's configuration is one)"
+
+
+def test_sweep_recipes_of_a_file_that_is_not_text(monkeypatch, capsys, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes("model: {}\n".encode("utf-16"))
+    assert _line(monkeypatch, capsys, "recipes", recipe) == (
+        f"error: {recipe}: not a UTF-8 text file (byte 1); a recipe is YAML text"
+    )
+
+
+def test_sweep_an_empty_model_path_is_not_the_current_folder(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    for command in (["push", "-m", "", "--repo-id", "u/m", "--dry-run"], ["export", "-m", "", "-o", "ct2"]):
+        assert _line(monkeypatch, capsys, *command) == "error: --model is empty: give a model folder or a Hub id"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_translate_reads_a_device_or_fifo_and_names_other_nodes(monkeypatch, capsys, tmp_path, tiny):
+    code, out, err = aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", "/dev/null", "--beam", "1")
+    assert code == 0 and out == "", err  # no lines in, no lines out
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    server.close()
+    line = _line(monkeypatch, capsys, "translate", "-m", tiny, "-i", tmp_path / "sock")
+    assert line == f"error: --input {tmp_path / 'sock'}: is a socket, not a file"
+
+
+def test_sweep_a_cache_dir_that_is_a_file_is_named(monkeypatch, capsys, tmp_path, tiny):
+    data, cache = _data(tmp_path / "D"), tmp_path / "cache"
+    cache.write_text("mine\n")
+    args = ["prepare", TINY, "--data-dir", data, "-s", "en", "-t", "de", "--tokenizer", tiny, "--cache-dir", cache]
+    assert _line(monkeypatch, capsys, *args) == f"error: --cache-dir {cache}: is a file, not a folder"
+    assert cache.read_text() == "mine\n"

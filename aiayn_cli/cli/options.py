@@ -75,6 +75,8 @@ def model_from_argument(model: str | None, positional: str | None, command: str)
         return positional
     if model is None:
         raise AiaynError("is required: a model folder or a Hub id", key="model")
+    if not model.strip():
+        raise AiaynError("is empty: give a model folder or a Hub id", key="model")
     return model
 
 

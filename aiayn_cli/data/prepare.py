@@ -33,7 +33,7 @@ import pyarrow as pa
 import xxhash
 
 from ..errors import AiaynError
-from ..files import atomic_open, staging_dir
+from ..files import atomic_open, node_kind, staging_dir
 from .batching import tokenize_split
 from .corpus import (
     CleaningReport,
@@ -86,6 +86,8 @@ def prepare_split(
         num_proc: tokenizing processes; None: this machine's cores (one for fewer than 100,000 pairs).
         cache_dir: default `default_prepared_dir(spec)`.
     """
+    if spec.cache_dir is not None and node_kind(Path(spec.cache_dir)) not in ("missing", "folder"):
+        raise AiaynError(f"{spec.cache_dir}: is a {node_kind(Path(spec.cache_dir))}, not a folder", key="cache_dir")
     cache_dir = Path(os.path.realpath(cache_dir if cache_dir is not None else default_prepared_dir(spec)))
     fingerprint = data_fingerprint(spec, split, cache_dir / IDENTITIES)
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)

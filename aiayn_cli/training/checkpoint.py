@@ -281,6 +281,8 @@ def _check_same_model(paths: list[Path]) -> None:
             return None
         except (ValueError, UnicodeDecodeError) as err:
             raise AiaynError(f"{path / 'config.json'}: not valid JSON ({err})") from None
+        if not isinstance(config, dict):
+            raise AiaynError(f"{path / 'config.json'}: not a JSON object (a model's configuration is one)")
         return {k: v for k, v in config.items() if "dropout" not in k and not k.endswith("_version")}
 
     newest, config = paths[-1], read(paths[-1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -248,8 +249,8 @@ def _check_not_the_hypotheses(hypotheses: Path | None, references: list[Path] | 
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.samefile(b)
-    except OSError:  # one is missing: the reader names it
-        return a.resolve() == b.resolve()
+    except OSError:  # one is missing (or a link loop): the reader names it
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _check_outputs(outputs: dict[str, Path | None], inputs: list) -> None:
@@ -258,5 +259,5 @@ def _check_outputs(outputs: dict[str, Path | None], inputs: list) -> None:
     from ...files import check_output_file
 
     given = {key: check_output_file(path, inputs, key=key) for key, path in outputs.items() if path is not None}
-    if len(given) == 2 and len({p.resolve() for p in given.values()}) == 1:
+    if len(given) == 2 and len({os.path.realpath(p) for p in given.values()}) == 1:
         raise AiaynError("{output} and {json_path} name the same file; give two", mentions=("output", "json_path"))

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from ...errors import AiaynError
+
 
 def recipes(
     name: Annotated[
@@ -19,7 +21,11 @@ def recipes(
     from ...training.recipe import find_recipe, shipped_recipes
 
     if name is not None:
-        typer.echo(find_recipe(name).read_text(encoding="utf-8"), nl=False)
+        path = find_recipe(name)
+        try:
+            typer.echo(path.read_text(encoding="utf-8"), nl=False)
+        except UnicodeDecodeError as err:
+            raise AiaynError(f"{path}: not a UTF-8 text file (byte {err.start + 1}); a recipe is YAML text") from None
         return
     shipped = shipped_recipes()
     width = max(map(len, shipped))

@@ -13,7 +13,7 @@ import typer
 
 from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
-from ...files import STDOUT, check_output_file, open_output
+from ...files import STDOUT, check_output_file, node_kind, open_output
 from .. import options
 
 BATCHING = "Batching and device"
@@ -129,10 +129,13 @@ def translate(
 def check_paths(input: Path | None, output: Path | None) -> None:
     """Before the model is loaded: the input is a file, and the output is not the input (through links too)."""
     if input is not None and str(input) != "-":
-        if input.is_dir():
+        kind = node_kind(input)
+        if kind == "folder":
             raise AiaynError(f"--input {input}: is a folder; give a file with one sentence per line")
-        if not input.is_file():
+        if kind == "missing":
             raise AiaynError(f"--input {input}: no such file")
+        if kind not in ("file", "character device", "FIFO"):  # /dev/stdin or a named pipe is read as it comes
+            raise AiaynError(f"--input {input}: is a {kind}, not a file")
     if output is not None:
         check_output_file(output, [input], key="output")
 
