@@ -72,7 +72,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         _name_the_target(err, temporary, path)
-        converted = _as_os_error(err, path)
+        converted = as_os_error(err, path)
         if converted is not None:
             raise converted from err
         raise
@@ -150,7 +150,7 @@ def staging_dir(final: str | os.PathLike, name: str | None = None, *, keep_exist
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         _name_the_target(err, tmp, final)
-        converted = _as_os_error(err, final)
+        converted = as_os_error(err, final)
         if converted is not None:
             raise converted from err
         raise
@@ -180,7 +180,7 @@ def staging_files(folder: str | os.PathLike, *, overwrite: bool = False, key: st
         kept = {name: digest for name, digest in _written(folder).items() if (folder / name).is_file()}
         atomic_write(folder / WRITTEN, json.dumps({**kept, **record}, indent=1, sort_keys=True) + "\n")
     except BaseException as err:
-        converted = _as_os_error(err, folder)
+        converted = as_os_error(err, folder)
         if converted is not None:
             raise converted from err
         raise
@@ -449,7 +449,7 @@ def _written(folder: Path) -> dict[str, str]:
     return {k: v for k, v in record.items() if isinstance(v, str)} if isinstance(record, dict) else {}
 
 
-def _as_os_error(err: BaseException, target: Path) -> OSError | None:
+def as_os_error(err: BaseException, target: str | os.PathLike) -> OSError | None:
     """A library's report of a file system error ("No space left on device (os error 28)", from Rust) as
     the `OSError` it is, naming `target`; None for other errors."""
     import re
@@ -466,6 +466,7 @@ def _as_os_error(err: BaseException, target: Path) -> OSError | None:
 __all__ = [
     "STDOUT",
     "atomic_open",
+    "as_os_error",
     "atomic_write",
     "check_output_file",
     "check_output_files",

@@ -261,6 +261,30 @@ def test_row_10_a_disk_that_fills_while_the_weights_are_written(
     assert "damaged" not in line and [p.name for p in small_tmpfs.iterdir()] == ["filler"]
 
 
+def test_row_10_a_checkpoint_on_a_full_disk_names_the_checkpoint(monkeypatch, tmp_path):
+    """safetensors reports a full disk as its own error ('os error 28'): the line names the checkpoint
+    being written, not a damaged input, and nothing half-written stays."""
+    from accelerate import Accelerator
+    from safetensors import SafetensorError
+    from test_checkpoint import _model, _Tokenizer
+
+    import aiayn_cli.training.training_state as training_state
+    from aiayn_cli.cli.app import error_line
+    from aiayn_cli.training.checkpoint import save_checkpoint
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                              '"No space left on device" }) (os error 28)')  # fmt: skip
+
+    monkeypatch.setattr(training_state, "save_file", full)
+    model = _model(0)
+    optimizer = torch.optim.Adam(model.parameters())
+    with pytest.raises(OSError) as raised:
+        save_checkpoint(Accelerator(cpu=True), model, _Tokenizer(), {"step": 3}, tmp_path, optimizer=optimizer)
+    assert error_line(raised.value) == (f"error: {tmp_path / 'checkpoint-3'}: No space left on device", 2)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_row_9_train_tokenizer_onto_a_full_disk(monkeypatch, capsys, tmp_path, small_tmpfs):
     data = _data(tmp_path / "D", lines=200)
     _fill_leaving(small_tmpfs, 4 * 1024)

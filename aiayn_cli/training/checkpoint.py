@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..errors import AiaynError, first_line
-from ..files import atomic_write, check_not_an_input, check_output_folder, remove_dir, staging_dir
+from ..files import as_os_error, atomic_write, check_not_an_input, check_output_folder, remove_dir, staging_dir
 from .heartbeat import whole_write
 from .training_state import check_no_pickles, load_training_state, save_training_state
 
@@ -122,9 +122,12 @@ def save_checkpoint(
                 _write_json(folder / TRAINER_STATE, trainer_state)
             # 3. The rename (at the end of the block): before it the checkpoint does not exist, after it
             #    it is complete.
-    except BaseException:
+    except BaseException as err:
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)  # a full disk leaves nothing half-written
+        converted = as_os_error(err, final)  # safetensors' "No space left on device (os error 28)"
+        if converted is not None:
+            raise converted from err
         raise
     accelerator.wait_for_everyone()
     return final
