@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AiaynError
-from ..files import check_output_files, staging_files
+from ..files import check_output_files, node_kind, staging_files
 from .alignment import align, format_alignment
 from .explorer import explorer_html
 from .extract import KINDS, Explanation, explain
@@ -94,8 +94,11 @@ def _inputs(request: AttentionRequest) -> tuple[list[str], list[str] | None]:
 
 
 def _read_lines(path: Path, option: str) -> list[str]:
-    if not Path(path).is_file():
+    kind = node_kind(Path(path))
+    if kind == "missing":
         raise AiaynError(f"{option} {path}: no such file")
+    if kind not in ("file", "character device", "FIFO"):  # /dev/stdin or a named pipe is read as it comes
+        raise AiaynError(f"{option} {path}: is a {kind}, not a file with one sentence per line")
     from ..decoding.translator import decode_lines
 
     with open(path, "rb") as raw:
