@@ -523,3 +523,10 @@ def test_sweep_a_cache_dir_that_is_a_file_is_named(monkeypatch, capsys, tmp_path
     args = ["prepare", TINY, "--data-dir", data, "-s", "en", "-t", "de", "--tokenizer", tiny, "--cache-dir", cache]
     assert _line(monkeypatch, capsys, *args) == f"error: --cache-dir {cache}: is a file, not a folder"
     assert cache.read_text() == "mine\n"
+
+
+def test_sweep_a_tokenizer_folder_whose_config_is_not_an_object(monkeypatch, capsys, tmp_path, tiny):
+    folder = _copy(tiny, tmp_path / "tok")
+    (folder / "config.json").write_text("[1, 2]")
+    args = ["train", TINY, "--tokenizer", folder, "--set", "tokenizer_training=null", "-o", tmp_path / "run"]
+    assert f"cannot load the tokenizer {folder}: " in _line(monkeypatch, capsys, *args)

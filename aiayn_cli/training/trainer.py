@@ -412,7 +412,7 @@ def load_tokenizer(path: str):
     check_local(path, key=None, what="tokenizer")  # a missing folder is not a Hub id to look up
     try:
         return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, KeyError, TypeError) as err:  # TypeError: a config.json that is no object
         raise AiaynError(f"cannot load the tokenizer {path}: {first_line(err)}") from None
 
 
