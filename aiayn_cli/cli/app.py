@@ -64,9 +64,9 @@ def root(
     """aiayn: train, run, measure and share the paper's Transformer."""
     if debug:
         os.environ["AIAYN_DEBUG"] = "1"
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # "Loading weights" bars say nothing to a CLI user
+    # The libraries' own bars ("Loading weights", downloads) say nothing to a CLI user; read by
+    # huggingface_hub and transformers when they are imported, which no command has done yet.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 # Commands are registered below, one line each, in the order of the pipeline.
