@@ -570,6 +570,10 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
     try:
         recipe.data.validate()
     except AiaynError as err:
+        keys = [key for key in (err.key, *err.mentions) if key]
+        flags = {key: where.get(f"data.{key}", "") for key in keys}
+        if keys and all(flag.startswith("--") and not flag.startswith("--set ") for flag in flags.values()):
+            raise AiaynError(err.render(lambda key: flags[key])) from None  # all from the command line's flags
         named = err.render(lambda key: f"'data.{key}'")
         raise AiaynError(f"{where.get('data', source)}: data: {named}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
