@@ -198,3 +198,30 @@ def test_the_cli_reference_page_is_generated_from_the_commands():
     assert page.read_text(encoding="utf-8") == cli_reference(), (
         "docs/cli.md differs from the commands: python -m aiayn_cli.cli.reference > docs/cli.md"
     )
+
+
+def test_decoding_options_are_declared_once():
+    """translate's, evaluate's and attention's decoding options and the serve requests' fields all come
+    from `DecodingOptions`: the same names, bounds and help."""
+    from aiayn_cli.decoding.defaults import decoding_flags
+    from aiayn_cli.serving.app import TranslateRequest
+    from aiayn_cli.serving.attention import AttentionRequest
+
+    flags = decoding_flags()
+    for command, left_out in (("translate", set()), ("evaluate", {"--nbest"}), ("attention", {"--nbest"})):
+        rows = {row.long: row for row in COMMANDS[command] if row.long is not None}
+        for spec in flags.values():
+            if spec.flag in left_out:
+                assert spec.flag not in rows
+                continue
+            assert rows[spec.flag].help == spec.help and rows[spec.flag].short == spec.short, (command, spec.flag)
+    translate = TranslateRequest.model_json_schema()["properties"]
+    attention = AttentionRequest.model_json_schema()["properties"]
+    for spec in flags.values():
+        field = translate[spec.request_name]
+        assert field["description"] == spec.help
+        if spec.request_high is not None:
+            assert field["anyOf"][0]["maximum"] == spec.request_high, spec.flag
+        if spec.request_name in attention:
+            assert attention[spec.request_name] == field
+    assert {"beam", "length_penalty", "max_len_a"} <= set(attention)

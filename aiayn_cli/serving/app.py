@@ -36,13 +36,15 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 
-from ..decoding.defaults import ON_LONG, DecodingOptions, decoding_flags, given_options
+from ..decoding.defaults import ON_LONG
 from ..decoding.translator import Translator
 from ..errors import AiaynError
 from ..inspection.explorer import with_explorer
 from .attention import install_attention
 from .batcher import DynamicBatcher
 from .limits import Limits
+from .request_fields import REQUEST_FIELDS, request_fields
+from .request_fields import decoding_overrides as request_decoding
 
 # ---------------------------------------------------------------------------------------------
 # The schema (also the OpenAPI schema at /openapi.json and the docs at /docs)
@@ -50,24 +52,11 @@ from .limits import Limits
 
 
 def request_schema() -> type[BaseModel]:
-    """`TranslateRequest`, generated from `DecodingOptions`: one field per option (the flag's name
-    without dashes: `beam`, `top_k`), its bounds (and the server's own, `request_high`), its help."""
-    from typing import get_type_hints
-
-    types = get_type_hints(DecodingOptions)
+    """`TranslateRequest`, generated from `DecodingOptions` (`request_fields`): one field per option."""
     fields: dict = {
         "text": (str | list[str], Field(description="A sentence, or a list of sentences (one translation each)."))
     }
-    for name, spec in decoding_flags().items():
-        kind = Literal[spec.choices] if spec.choices else types[name]  # type: ignore[valid-type]
-        if kind is bool:
-            fields[spec.request_name] = (bool, Field(False, description=spec.help))
-            continue
-        bounds = {"gt" if spec.above_low else "ge": spec.low, "le": spec.request_high or spec.high}
-        bounds = {key: value for key, value in bounds.items() if value is not None}
-        if types[name] in (float, float | None):
-            bounds["allow_inf_nan"] = False
-        fields[spec.request_name] = (kind | None, Field(None, description=spec.help, **bounds))
+    fields.update(request_fields())
     fields["alignment"] = (bool, Field(False, description="Word alignments (not available in this version: 422)."))
     fields["on_long"] = (Literal[ON_LONG], Field("truncate", description="An input longer than the model's limit."))
     return create_model(
@@ -104,14 +93,9 @@ class ErrorResponse(BaseModel):
 ERRORS = {status: {"model": ErrorResponse} for status in (400, 413, 422)}
 
 
-# The request's field for each option: its flag without dashes (`num_beams` -> `beam`).
-REQUEST_FIELDS = {name: spec.request_name for name, spec in decoding_flags().items()}
-
-
 def decoding_overrides(request: BaseModel) -> dict:
     """The `Translator.translate_nbest` options of a request, as `aiayn translate` builds them."""
-    given = given_options({name: getattr(request, field) for name, field in REQUEST_FIELDS.items()})
-    return {**given, "on_long": request.on_long}
+    return {**request_decoding(request), "on_long": request.on_long}
 
 
 # ---------------------------------------------------------------------------------------------

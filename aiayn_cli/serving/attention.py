@@ -12,32 +12,29 @@ that is not JSON, 422 with one line for the rest), plus a token limit per side
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import AiaynError
 from .limits import Limits
+from .request_fields import decoding_overrides, request_fields
 
-Finite = dict(allow_inf_nan=False)
-
-
-class AttentionRequest(BaseModel):
-    """One sentence; the decoding options of `/v1/translate` for its translation (the model's by default)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)  # as /v1/translate: "layer": "2" is refused
-
-    text: str = Field(description="One source sentence.")
-    reference: str | None = Field(
-        None, description="A reference translation: explained by teacher forcing instead of the model's translation."
-    )
-    beam: Annotated[int | None, Field(ge=1, le=32, description="Beam size; 1 is greedy search.")] = None
-    length_penalty: Annotated[float | None, Field(ge=-10, le=10, **Finite, description="alpha.")] = None
-    length_penalty_style: Literal["gnmt", "hf"] | None = None
-    max_len_a: Annotated[float | None, Field(ge=0, le=10, **Finite)] = None
-    max_len_b: Annotated[int | None, Field(ge=0, le=1024)] = None
+SEARCH = ("num_beams", "length_penalty", "length_penalty_style", "max_len_a", "max_len_b")
+AttentionRequest = create_model(
+    "AttentionRequest",
+    __config__=ConfigDict(extra="forbid", strict=True),  # as /v1/translate: "beam": "2" is refused
+    __doc__="One sentence; the decoding options of `/v1/translate` for its translation (the model's by default).",
+    text=(str, Field(description="One source sentence.")),
+    reference=(
+        str | None,
+        Field(
+            None,
+            description="A reference translation: explained by teacher forcing instead of the model's translation.",
+        ),
+    ),
+    **request_fields(SEARCH),  # the search's options, as /v1/translate takes them
+)
 
 
 class AttentionSentence(BaseModel):
@@ -92,14 +89,8 @@ def install_attention(app: FastAPI, translator, limits: Limits, errors: dict) ->
                 f"attention is read from aiayn's own decoder; this server decodes with {translator.engine}"
             )
         sentence, reference = check_attention_request(body, limits, translator)
-        options = dict(
-            num_beams=body.beam,
-            length_penalty=body.length_penalty,
-            length_penalty_style=body.length_penalty_style,
-            max_len_a=body.max_len_a,
-            max_len_b=body.max_len_b,
-        )
         try:
+            options = decoding_overrides(body)
             translator.decoding_options(**options)
         except AiaynError as err:
             from .app import request_names
