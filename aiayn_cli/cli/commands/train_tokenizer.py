@@ -57,6 +57,7 @@ def train_tokenizer(
         ),
     ] = 1024,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --output-dir if it exists.")] = False,
+    progress: Annotated[bool | None, options.progress_option()] = None,
 ) -> None:
     """Train the shared BPE (or unigram) vocabulary of both languages; it loads with AutoTokenizer."""
     from ...data.tokenization import check_output_dir, corpus_inputs
@@ -91,6 +92,7 @@ def train_tokenizer(
         output_dir=output,
         overwrite=overwrite,
         model_max_length=model_max_length,
+        show_progress=options.show_progress(progress),
     )
     if tokenizer.cleaning_report is not None:
         typer.echo(tokenizer.cleaning_report, err=True)
