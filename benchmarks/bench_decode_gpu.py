@@ -6,7 +6,7 @@ in sentences per second, at batches of 1, 64 and 512 sentences.
 The fairness rules of `bench_decode.py` (which measures CPUs, and whose model builders and runs this
 uses): the same dimensions and random weights for both, the same source batch (random ids, lengths
 15-35), beam 4, exactly `--new-tokens` decoder steps for every sentence (`</s>` suppressed before the
-last step and forced at it), encoder included. Each in the dtype `aiayn translate --dtype auto` takes
+last step and forced at it), encoder included. Each in the dtype `aiayn translate --precision auto` takes
 on the device (bf16 on Ampere and later GPUs; the Marian model cast to it too): ours with its
 projections prepared once, as a `Translator` holds them. A warm-up run, then `--repeats` runs
 alternating the two systems; the median time of each.

@@ -39,7 +39,7 @@ from .translator import INT8, Translator
 # Part of the cache key: a change to what `save_ctranslate2` writes makes every cached folder stale.
 CONVERTER_VERSION = 1
 
-# aiayn's --dtype -> CTranslate2's compute_type. CTranslate2 has no bfloat16 or float16 on CPUs
+# aiayn's dtype (--precision, --quantization int8) -> CTranslate2's compute_type. CTranslate2 has no bfloat16 or float16 on CPUs
 # (`ctranslate2.get_supported_compute_types("cpu")`); auto is float32 there, the precision whose
 # translations are the torch engine's (its int8 is a choice, as for the torch engine).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
@@ -143,7 +143,7 @@ def ctranslate2_options(options: DecodingOptions) -> dict:
 
 
 def compute_type(dtype: str | None, device: str) -> str:
-    """CTranslate2's compute_type for aiayn's --dtype on `device` (cpu or cuda), or an `AiaynError`."""
+    """CTranslate2's compute_type for aiayn's dtype (--precision, --quantization) on `device` (cpu or cuda), or an `AiaynError`."""
     import ctranslate2
 
     supported = ctranslate2.get_supported_compute_types(device)
