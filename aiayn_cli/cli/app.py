@@ -67,6 +67,8 @@ def root(
     # The libraries' own bars ("Loading weights", downloads) say nothing to a CLI user; read by
     # huggingface_hub and transformers when they are imported, which no command has done yet.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # imported already (a notebook, a test): tell it directly
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 # Commands are registered below, one line each, in the order of the pipeline.
