@@ -55,6 +55,11 @@ def _load(record: dict) -> str:
     return f"{before[0]:.1f} / {after[0]:.1f}" if before and after else "-"
 
 
+def _signature(signature: str) -> str:
+    """A sacreBLEU signature for a table cell: its `|` escaped (GitHub and MkDocs split cells on them)."""
+    return signature.replace("|", "\\|")
+
+
 def _number(value) -> str:
     if isinstance(value, float):
         return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
@@ -77,16 +82,27 @@ def quality() -> list[Row]:
         f = r["figures"]
         text = (
             f"| quickstart: generated en->de, {f['sentences']} held-out sentences | {f['sacrebleu']:.2f} | "
-            f"`{f['signature']}` | {f['train_steps']:,} steps ({f['precision']}) | {_minutes(f['seconds'])} | "
+            f"{_signature(f['signature'])} | {f['train_steps']:,} steps ({f['precision']}) | {_minutes(f['seconds'])} | "
             f"{_hardware(r)} | `{r['command']}` |"
         )
         rows.append(Row(text, path))
     for path, r in results_files("multi30k_en_de"):
         f = r["figures"]
         text = (
-            f"| Multi30k en->de, test2016 | {f['sacrebleu']:.2f} | `{f['signature']}` | "
+            f"| Multi30k en->de, test2016 | {f['sacrebleu']:.2f} | {_signature(f['signature'])} | "
             f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']}) | {f['wall_minutes']:.0f} min | "
             f"{_hardware(r)} | `aiayn train multi30k_en_de` |"
+        )
+        rows.append(Row(text, path))
+    for path, r in results_files("gpu_check"):
+        run = r["figures"].get("parts", {}).get("multi30k", {})
+        if not (run.get("ok") and "test2016" in run):
+            continue
+        bleu = run["test2016"]["sacrebleu"]
+        text = (
+            f"| Multi30k en->de, test2016 (`multi30k_en_de_gpu`) | {bleu['score']:.2f} | {_signature(bleu['signature'])} | "
+            f"{run['train_seconds'] / 60:.0f} min, {run['steps']:,} steps ({run['precision']}) | "
+            f"{_minutes(run['wall_s'])} | {_hardware(r)} | `aiayn train multi30k_en_de_gpu` |"
         )
         rows.append(Row(text, path))
     return rows
