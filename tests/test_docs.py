@@ -148,7 +148,7 @@ def test_the_cli_reference_is_in_the_site_and_lists_every_command():
 
 SHIM = """#!{python}
 # aiayn at the sizes of a test: `train` makes 2 steps of a tiny model (3 + 3 layers, 4 heads, as the
-# Multi30k recipe's); the Hub's Multi30k is a local folder.
+# Multi30k recipe's), `heads` measures 8 pairs; the Hub's Multi30k is a local folder.
 import sys
 
 LOCAL = {local!r}
@@ -160,6 +160,8 @@ if args[:1] == ["train"]:
     for key in ("compile_loss=false", "tokenizer_training.vocab_size=300", "length_penalty_grid=null",
                 "valid_bleu_samples=4", "trackers=[]", "model.num_encoder_layers=3", "model.num_decoder_layers=3"):
         args += ["--set", key]
+if args[:1] == ["heads"]:  # every head masked, then pruned: a few pairs, greedy
+    args += ["--sample-size", "8", "--beam", "1"]
 sys.argv = ["aiayn", *args]
 from aiayn_cli.cli.app import script
 
