@@ -5,12 +5,14 @@ temporary file behind."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
 import socket
 import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -276,8 +278,17 @@ class FifoReader(threading.Thread):
             self.data = fifo.read()
 
     def finish(self) -> None:
-        if self.is_alive():  # the command never opened it: let the reader's open return
-            os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
+        # The command never opened it: a writer's open lets the reader's open return. Opening fails
+        # with ENXIO while no reader has it open: before the thread reaches its open, or after its
+        # read when the thread has not yet ended; try again until the thread ends.
+        deadline = time.monotonic() + 30
+        while self.is_alive() and time.monotonic() < deadline:
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as error:
+                if error.errno != errno.ENXIO:
+                    raise
+            self.join(timeout=0.05)
         self.join(timeout=30)
 
 
