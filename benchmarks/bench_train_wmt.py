@@ -16,8 +16,14 @@ are the paper's).
   during the measured steps; throughput from its metrics log, the first `--warmup-steps` left out.
 - HF: `MarianMTModel` of the same dimensions (ReLU, post-LN, sinusoidal positions, scaled and tied
   embeddings, P_drop 0.1) with `Seq2SeqTrainer`, as a user who knows it would configure it: batches
-  grouped by length (on source + target length), a batch size of our batches' mean number of
-  sentences, bf16, label smoothing 0.1, its default fused AdamW and SDPA attention.
+  grouped by length (on source + target length), our batches' mean number of sentences per update,
+  bf16, label smoothing 0.1, its default fused AdamW and SDPA attention. Where that batch does not fit
+  in the GPU's memory, it is split into 2, 4, 8 ... micro-batches with gradient accumulation (the
+  same sentences per update: equal work per update), each try in a process of its own; the results
+  say which fitted and which ran out of memory.
+
+Each side runs in a process of its own: one side's failure (out of memory, a crash) is recorded as that
+side's, and the other's figures are kept.
 
 Figures: non-pad source + target tokens per second; MFU = the model's FLOPs per second (forward and
 backward, 3x the forward: every matrix product of the layers, attention scores counted in full for
@@ -172,6 +178,7 @@ def run_ours(args) -> dict:
         "trackers": [],
         "mixed_precision": args.precision,
         "compile": args.compile,
+        "attention_kernels": args.attention_kernels.split(",") if args.attention_kernels else None,
     }
     recipe = load_recipe(REPO / "recipes" / "wmt14_en_de_base.yaml", overrides)
     if args.steps % args.warmup_steps:
@@ -355,10 +362,12 @@ def run_hf(args) -> dict:
         else {"group_by_length": True}
     )
     bf16 = args.precision == "bf16"
+    per_device = math.ceil(args.batch_size / args.accumulation)  # the update's sentences in micro-batches
     with tempfile.TemporaryDirectory() as tmp:
         training_args = Seq2SeqTrainingArguments(
             output_dir=tmp,
-            per_device_train_batch_size=args.batch_size,
+            per_device_train_batch_size=per_device,
+            gradient_accumulation_steps=args.accumulation,
             learning_rate=5e-4,
             lr_scheduler_type="inverse_sqrt",
             warmup_steps=4000,
@@ -390,7 +399,9 @@ def run_hf(args) -> dict:
         "tokens_per_s": int(counted["tokens"]) / timing["seconds"],
         "steps": last,
         "measured_steps": args.steps,
-        "batch_size": args.batch_size,
+        "batch_size": per_device * args.accumulation,
+        "per_device_batch": per_device,
+        "accumulation": args.accumulation,
         "max_memory_gib": memory,
     }
 
@@ -414,22 +425,71 @@ def mean_batch_sentences(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 SIDE_ARGS = ("device", "preset", "max_tokens", "warmup_steps", "steps", "precision", "work", "batch_size")
+ACCUMULATIONS = (1, 2, 4, 8, 16, 32)  # HF's tries: the batch in this many micro-batches
 
 
-def _side(args, side: str) -> dict:
-    """One side in a process of its own (its own CUDA context, memory and accelerate state)."""
-    out = args.work / f"{side}.json"
+class SideFailed(Exception):
+    """A side's process failed: `out_of_memory` where it ran out of (GPU) memory."""
+
+    def __init__(self, message: str, out_of_memory: bool) -> None:
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
+
+
+def _side(args, side: str, accumulation: int = 1) -> dict:
+    """One side in a process of its own (its own CUDA context, memory and accelerate state): its figures,
+    or SideFailed with the last line of its error."""
+    out, log = args.work / f"{side}.json", args.work / f"{side}.log"
+    out.unlink(missing_ok=True)
     command = [sys.executable, __file__, "--side", side, "--json", str(out)]
     for name in SIDE_ARGS:
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    command += ["--accumulation", str(accumulation)]
     if args.compile:
         command.append("--compile")
+    if args.attention_kernels:
+        command += ["--attention-kernels", args.attention_kernels]
     if args.profile and side == "aiayn":
         command += ["--profile", str(args.profile)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env["HF_DATASETS_CACHE"] = str(args.work / "cache")
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())
+    with log.open("w") as sink:
+        done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    if done.returncode == 0 and out.is_file():
+        return json.loads(out.read_text())
+    text = log.read_text(errors="replace")
+    sys.stderr.write(text[-4000:])
+    lines = [line for line in text.splitlines() if line.strip()]
+    error = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
+    out_of_memory = "OutOfMemoryError" in text or "out of memory" in text
+    raise SideFailed(f"exit code {done.returncode}: {error.strip()[:300]}", out_of_memory)
+
+
+def measure_sides(args, run_side=_side) -> dict:
+    """aiayn's side, then HF's at the fewest micro-batches that fit (`ACCUMULATIONS`); each side's figures,
+    or `ok: false` and its error, so that one side's failure never loses the other's figures."""
+    sides: dict = {}
+    try:
+        sides["aiayn"] = {"ok": True, **run_side(args, "aiayn")}
+    except SideFailed as err:
+        sides["aiayn"] = {"ok": False, "error": str(err), "out_of_memory": err.out_of_memory}
+    tries = []
+    for accumulation in ACCUMULATIONS:
+        per_device = math.ceil(args.batch_size / accumulation)
+        try:
+            result = run_side(args, "hf", accumulation)
+        except SideFailed as err:
+            tries.append({"accumulation": accumulation, "per_device_batch": per_device, "error": str(err)})
+            if err.out_of_memory and per_device > 1:
+                continue  # halve the micro-batch
+            sides["hf"] = {"ok": False, "error": str(err), "out_of_memory": err.out_of_memory, "tries": tries}
+            break
+        tries.append({"accumulation": accumulation, "per_device_batch": per_device, "fitted": True})
+        sides["hf"] = {"ok": True, **result, "tries": tries}
+        break
+    else:
+        sides["hf"] = {"ok": False, "error": "out of memory at every micro-batch size", "tries": tries}
+    return sides
 
 
 def compare(args) -> dict:
@@ -442,16 +502,20 @@ def compare(args) -> dict:
     peak = matmul_rate(args.device, rate_dtype, n=args.matmul_size)
     if args.batch_size is None:
         args.batch_size = mean_batch_sentences(args)
-    sides = {side: _side(args, side) for side in ("aiayn", "hf")}
+    sides = measure_sides(args)
     for result in sides.values():
-        result["model_flops_per_s"] = result["tokens_per_s"] * flops_per_token
-        result["mfu"] = result["model_flops_per_s"] / peak
-    ours = sides["aiayn"]["tokens_per_s"]
+        if result["ok"]:
+            result["model_flops_per_s"] = result["tokens_per_s"] * flops_per_token
+            result["mfu"] = result["model_flops_per_s"] / peak
+            result["hours_for_100k_paper_steps"] = PAPER_STEPS * PAPER_STEP_TOKENS / result["tokens_per_s"] / 3600
+    both = sides["aiayn"]["ok"] and sides["hf"]["ok"]
     return {
         "device": args.device,
         "preset": args.preset,
         "precision": args.precision,
         "max_tokens": args.max_tokens,
+        "sentences_per_update": args.batch_size,
+        "attention_kernels": args.attention_kernels,
         "pairs": args.pairs,
         "mean_source_tokens": sum(src) / len(src),
         "mean_target_tokens": sum(tgt) / len(tgt),
@@ -459,8 +523,8 @@ def compare(args) -> dict:
         "matmul_flops_per_s": peak,
         "matmul_dtype": rate_dtype,
         "sides": sides,
-        "ratio_to_hf": ours / sides["hf"]["tokens_per_s"],
-        "hours_for_100k_paper_steps": PAPER_STEPS * PAPER_STEP_TOKENS / ours / 3600,
+        "ratio_to_hf": sides["aiayn"]["tokens_per_s"] / sides["hf"]["tokens_per_s"] if both else None,
+        "hours_for_100k_paper_steps": sides["aiayn"].get("hours_for_100k_paper_steps"),
     }
 
 
@@ -469,17 +533,24 @@ def print_table(figures: dict) -> None:
         f"{figures['preset']} on {figures['device']}, {figures['precision']}, max_tokens {figures['max_tokens']}; "
         f"measured {figures['matmul_dtype']} matrix products: {figures['matmul_flops_per_s'] / 1e12:.1f} TFLOP/s"
     )
-    print(f"{'':<8}{'non-pad tokens/s':>18}{'TFLOP/s':>10}{'MFU':>8}{'memory GiB':>12}")
+    print(f"{'':<8}{'non-pad tokens/s':>18}{'TFLOP/s':>10}{'MFU':>8}{'memory GiB':>12}{'100k steps':>12}")
     for name, side in figures["sides"].items():
+        if not side["ok"]:
+            print(f"{name:<8}failed: {side['error']}")
+            continue
         memory = f"{side['max_memory_gib']:.1f}" if side.get("max_memory_gib") is not None else "-"
         print(
             f"{name:<8}{side['tokens_per_s']:>18,.0f}{side['model_flops_per_s'] / 1e12:>10.2f}"
-            f"{side['mfu']:>8.1%}{memory:>12}"
+            f"{side['mfu']:>8.1%}{memory:>12}{side['hours_for_100k_paper_steps']:>10.1f} h"
         )
-    print(
-        f"aiayn / HF: {figures['ratio_to_hf']:.2f}x; 100,000 paper steps (50,000 tokens each) at aiayn's rate: "
-        f"{figures['hours_for_100k_paper_steps']:.1f} h"
-    )
+    hf = figures["sides"]["hf"]
+    if hf["ok"]:
+        print(
+            f"HF: {hf['batch_size']} sentences an update, as {hf['accumulation']} micro-batch(es) of "
+            f"{hf['per_device_batch']} (gradient accumulation)"
+        )
+    if figures["ratio_to_hf"] is not None:
+        print(f"aiayn / HF: {figures['ratio_to_hf']:.2f}x (100,000 paper steps: 50,000 tokens each)")
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -488,20 +559,29 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--preset", default="base")
     parser.add_argument("--precision", choices=("bf16", "no"), default="bf16", help="both sides")
     parser.add_argument("--max-tokens", type=int, default=25_000, help="our batches (the larger side, padded)")
-    parser.add_argument("--batch-size", type=int, default=None, help="HF's (default: our mean sentences a batch)")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="HF's sentences an update (default: our mean sentences a batch)"
+    )
     parser.add_argument("--pairs", type=int, default=60_000, help="sentence pairs made")
     parser.add_argument("--vocab", type=int, default=37_000)
     parser.add_argument("--warmup-steps", type=int, default=10, help="left out of the measure")
     parser.add_argument("--steps", type=int, default=30, help="measured (a multiple of --warmup-steps)")
     parser.add_argument("--compile", action="store_true", help="our model through torch.compile")
     parser.add_argument("--matmul-size", type=int, default=8192)
+    parser.add_argument(
+        "--attention-kernels",
+        default=None,
+        help="ours: the recipe's attention_kernels, comma-separated (e.g. flash,efficient,math); default: all",
+    )
     parser.add_argument("--profile", type=Path, default=None, help="profile one step of ours into this folder")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--work", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=("aiayn", "hf"), help=argparse.SUPPRESS)
+    parser.add_argument("--accumulation", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
         args.batch_size = int(args.batch_size) if args.batch_size not in (None, "None") else None
+        args.attention_kernels = args.attention_kernels if args.attention_kernels != "None" else None
         result = run_ours(args) if args.side == "aiayn" else run_hf(args)
         args.json.write_text(json.dumps(result))
         return None

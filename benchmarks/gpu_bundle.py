@@ -10,6 +10,9 @@ evaluate, pydantic, sacremoses. The bundle holds:
   those or their own dependencies, for CPython 3.12 on this platform (`pip download --python-version 3.12
   --only-binary=:all: --no-deps`), each at the version installed here (the one the tests ran with);
 - `multi30k/`: Multi30k's English and German files from `$AIAYN_MULTI30K` (train, val, test2016);
+- `source.json`: the commit this checkout is at, whether it is dirty, and each tracked file's git hash,
+  so that `gpu_check` records the commit of the tree that ran (`results.source_of`), whatever git
+  metadata travels with the copy (none, or an older clone's);
 - `manifest.json`: each file and its size.
 
 `benchmarks/gpu_check.py` installs the wheels there with `pip install --no-index --no-deps --target`.
@@ -31,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.local_data import MULTI30K  # noqa: E402
+from benchmarks.results import source_record  # noqa: E402
 
 LIMIT = 64 * 2**20
 PYTHON = "3.12"
@@ -128,6 +132,7 @@ def build(output: Path, multi30k: Path) -> dict:
         (staging / "multi30k").mkdir(parents=True)
         for name in MULTI30K_FILES:
             shutil.copyfile(multi30k / name, staging / "multi30k" / name)
+        (staging / "source.json").write_text(json.dumps(source_record(REPO)) + "\n")
         files = {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
         manifest = {"python": PYTHON, "present": list(PRESENT), "packages": pins, "files": files}
         manifest["bytes"] = sum(files.values())

@@ -20,6 +20,7 @@ side and a run on the same machine replaces the last one.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -133,6 +134,39 @@ def git_commit(repo: Path = REPO) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status)}
 
 
+def blob_hash(path: Path) -> str:
+    """git's object name of the file's bytes (`git hash-object`), computed without git."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tree_files(repo: Path = REPO) -> dict[str, str]:
+    """Every tracked file of the checkout (`git ls-files`) -> `blob_hash` of what the work tree holds."""
+    done = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True, timeout=30)
+    names = [n for n in done.stdout.decode().split("\0") if n]
+    return {n: blob_hash(repo / n) for n in names if (repo / n).is_file() and not (repo / n).is_symlink()}
+
+
+def source_of(repo: Path, recorded: dict[str, Any]) -> dict[str, Any]:
+    """The commit of a tree copied without (or with stale) git metadata: `recorded` (what `source_record`
+    wrote where the copy was made) holds where each file has the bytes recorded; else `dirty`, with
+    the files that differ or are gone."""
+    changed = [n for n, h in recorded["files"].items() if not (repo / n).is_file() or blob_hash(repo / n) != h]
+    found = {
+        "commit": recorded["commit"],
+        "dirty": bool(recorded["dirty"] or changed),
+        "commit_from": "recorded file hashes",
+    }
+    if changed:
+        found["changed"] = sorted(changed)[:20]
+    return found
+
+
+def source_record(repo: Path = REPO) -> dict[str, Any]:
+    """The checkout's commit, whether it is dirty, and each tracked file's hash (for `source_of`)."""
+    return {**git_commit(repo), "files": tree_files(repo)}
+
+
 def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -191,11 +225,14 @@ def describe(machine: dict[str, Any]) -> str:
 class Recorder:
     """Takes the command, the date and the load average when made; `write` adds the rest and the figures."""
 
-    def __init__(self, name: str, command: list[str] | str | None = None) -> None:
+    def __init__(self, name: str, command: list[str] | str | None = None, source: dict | None = None) -> None:
+        """`source`: the commit and dirtiness to record, where this checkout's own git metadata is not the
+        tree's (`source_of`); None: `git_commit()`."""
         if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
             raise ValueError(f"a results name is letters, digits, _ and -: {name!r}")
         self.name = name
         self.command = command if isinstance(command, str) else command_line(command or sys.argv)
+        self.source = source
         self.started = datetime.datetime.now(datetime.timezone.utc)
         self.load_before = load_average()
 
@@ -205,7 +242,7 @@ class Recorder:
             "schema": SCHEMA,
             "name": self.name,
             "command": self.command,
-            **git_commit(),
+            **(self.source or git_commit()),
             "date": self.started.isoformat(timespec="seconds"),
             "seconds": round((datetime.datetime.now(datetime.timezone.utc) - self.started).total_seconds(), 1),
             "machine": machine(),

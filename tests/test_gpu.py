@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import cli_here, run_cli, save_tiny_model
+from conftest import REPO_ROOT, cli_here, run_cli, save_tiny_model
 from test_training import task, train_args, weights  # noqa: F401  (task: a fixture)
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
@@ -179,3 +179,29 @@ def test_the_cpu_paths_are_bypassed_on_cuda():
     assert parallel_parts(512, 4, DecodingOptions(num_beams=4), CUDA) == 1
     with cpu_threads_for(1, CUDA):
         assert torch.get_num_threads() == threads
+
+
+def test_the_gpu_recipes_attention_kernels_leave_out_cudnn_and_compute_the_same():
+    """bf16 forward and backward of a padded batch under `multi30k_en_de_gpu`'s attention_kernels: the
+    memory-efficient kernel, no cuDNN attention (which plans per batch shape), logits within bf16's
+    rounding of PyTorch's own choice."""
+    from contextlib import nullcontext
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from aiayn_cli.training.recipe import load_recipe
+    from aiayn_cli.training.trainer import attention_kernels
+
+    recipe = load_recipe(REPO_ROOT / "recipes" / "multi30k_en_de_gpu.yaml")
+    found = {}
+    for name, kernels in (("default", nullcontext()), ("recipe", attention_kernels(recipe))):
+        model = small_model().to(CUDA).train()  # dropout 0: the same numbers each time
+        with kernels, profile(activities=[ProfilerActivity.CPU]) as prof:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(**batch(CUDA)).logits.float()
+            logits.sum().backward()
+        found[name] = logits.detach(), {e.key for e in prof.key_averages() if "attention" in e.key}
+    (default, _), (ours, operators) = found["default"], found["recipe"]
+    assert "aten::_scaled_dot_product_efficient_attention" in operators, operators
+    assert not any("cudnn" in op for op in operators), operators
+    assert (ours - default).abs().max().item() <= 0.05 * default.abs().max().item()

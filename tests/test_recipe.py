@@ -94,6 +94,11 @@ def test_missing_required_key(tmp_path):
         ),
         ("average_choose: 1", r"'average_choose' must be a valid boolean"),
         (
+            "attention_kernels: [flash, fast]",
+            r"recipe.yaml:11: 'attention_kernels' must be 'flash', 'efficient', 'cudnn'",
+        ),
+        ("attention_kernels: []", r"'attention_kernels': list should have at least 1 item"),
+        (
             "average_choose: true\naverage_last: 3\nvalid_split: null",
             r"recipe.yaml:11: 'average_choose' needs a validation split to choose on",
         ),
@@ -325,3 +330,14 @@ def test_when_fp32_replaces_keys_only_in_fp32_and_flags_win(tmp_path):
 def test_when_fp32_is_checked_as_the_recipe_it_makes(tmp_path, section, message):
     with pytest.raises(AiaynError, match=message):
         load_recipe(_write(tmp_path, MINIMAL + section))
+
+
+def test_the_gpu_recipe_averages_several_checkpoints_of_its_cooldown():
+    """`multi30k_en_de_gpu`: the checkpoints that may be averaged at the end are several, kept, and all
+    in the last lr_cooldown of the 5 minutes (where the rate falls to 0), not minutes apart."""
+
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "multi30k_en_de_gpu.yaml")
+    spacing, budget = recipe.checkpoint_every_minutes * 60, parse_duration(recipe.max_time)
+    assert recipe.average_last >= 4 and recipe.keep_last >= recipe.average_last
+    assert recipe.average_last * spacing <= recipe.lr_cooldown * budget
+    assert budget / spacing >= 3 * recipe.average_last  # a checkpoint's writing is a small share of the run

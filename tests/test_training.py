@@ -365,3 +365,25 @@ def test_accelerate_decides_precision_unless_the_recipe_does(tmp_path):
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip().splitlines()[-1] == expected
+
+
+@pytest.mark.parametrize("kernels", [None, ["flash", "efficient", "math"], ["math"]])
+def test_the_recipes_attention_kernels_hold_while_the_run_trains_and_are_restored(tmp_path, monkeypatch, kernels):
+    from torch.backends import cuda
+
+    from aiayn_cli.training import trainer
+    from aiayn_cli.training.recipe import load_recipe
+
+    flags = {
+        "flash": cuda.flash_sdp_enabled,
+        "efficient": cuda.mem_efficient_sdp_enabled,
+        "cudnn": cuda.cudnn_sdp_enabled,
+        "math": cuda.math_sdp_enabled,
+    }
+    before = {name: flag() for name, flag in flags.items()}
+    seen = {}
+    monkeypatch.setattr(trainer, "_train", lambda *a: seen.update({n: f() for n, f in flags.items()}))
+    recipe = load_recipe(TINY, {"output_dir": str(tmp_path / "run"), "attention_kernels": kernels})
+    trainer.train(recipe, show_progress=False)
+    assert seen == (before if kernels is None else {name: name in kernels for name in flags})
+    assert {name: flag() for name, flag in flags.items()} == before

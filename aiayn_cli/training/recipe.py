@@ -203,6 +203,14 @@ class TrainRecipe:
     compile_loss: StrictBool = True
     """Run the loss's two passes over the (B, T, V) scores through `torch.compile` (one fused loop each;
     the same numbers to rounding); eagerly, with a warning, where there is no C++ compiler."""
+    attention_kernels: Annotated[list[Literal["flash", "efficient", "cudnn", "math"]], Field(min_length=1)] | None = (
+        None
+    )
+    """The kernels PyTorch's fused attention may choose from while the run trains and validates
+    (`torch.nn.attention.sdpa_kernel`); None: all of them, PyTorch's own choice. On CUDA, cuDNN's
+    kernel builds a plan for every new batch shape (milliseconds of host time each), and token-count
+    batches keep bringing new shapes: [flash, efficient, math] leaves it out (with the padding mask,
+    `efficient` computes). Which kernel computes equation (1) changes, not what it computes."""
 
     # --- how long -----------------------------------------------------------------------------
     max_steps: PositiveInt | None = 100000
@@ -309,6 +317,7 @@ RESUMABLE_CHANGES = frozenset(
         "num_proc",
         "compile",
         "compile_loss",
+        "attention_kernels",
         "max_steps",
         "max_epochs",
         "max_time",

@@ -98,13 +98,25 @@ def train(
         Interrupted: SIGINT or SIGTERM; a checkpoint of the step reached was written.
     """
     output = Path(recipe.output_dir)
-    with locked_run_folder(output), LostProcessWatch(recipe, output) as watch:
+    with locked_run_folder(output), LostProcessWatch(recipe, output) as watch, attention_kernels(recipe):
         try:
             return _train(recipe, resume, show_progress, accept_new_data, watch)
         except RuntimeError as err:
             if not watch.lost_contact(err):
                 raise
             raise LostProcess(f"another process of the run was lost ({_why(err)}): {watch.advice()}") from None
+
+
+def attention_kernels(recipe: TrainRecipe):
+    """The recipe's `attention_kernels` for fused attention (`sdpa_kernel`), or PyTorch's own choice."""
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if recipe.attention_kernels is None:
+        return nullcontext()
+    names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+    return sdpa_kernel([getattr(SDPBackend, names[name]) for name in recipe.attention_kernels])
 
 
 def _why(err: BaseException) -> str:
