@@ -4,9 +4,14 @@ mean the option was checked too late). A progress bar never reaches a log file."
 
 from __future__ import annotations
 
+import http.server
+import json
+import socket
 import subprocess
 import sys
+import threading
 
+import pytest
 from conftest import REPO_ROOT, cli_env, cli_here, save_tiny_model
 
 
@@ -97,3 +102,56 @@ def test_a_progress_bar_never_reaches_a_log_file(tmp_path):
     assert done.returncode == 0, log.read_text()
     assert b"\r" not in log.read_bytes(), log.read_bytes()[:300]
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 40
+
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """The Hub's model API on 127.0.0.1: `found/model` exists, anything else is not found."""
+
+    def do_GET(self):
+        if self.path.startswith("/api/models/found/model"):
+            body = json.dumps({"id": "found/model", "sha": "0" * 40, "siblings": []}).encode()
+            self.send_response(200)
+        else:
+            body = b'{"error": "Repository not found"}'
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_missing_folder_that_could_be_a_hub_id_is_one_line_at_once(tmp_path, monkeypatch):
+    """`runs/x` before `runs/` exists: one metadata request to the Hub (no retries), one line naming the
+    folder; the Hub here is a server on 127.0.0.1 (found, not found) or a closed port (unreachable)."""
+    from huggingface_hub import constants
+
+    from aiayn_cli.errors import AiaynError
+    from aiayn_cli.hub.lookup import check_hub_model
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        check_hub_model("found/model")  # on the Hub: loading goes on
+        with pytest.raises(AiaynError, match=r" runs/x: no such model folder, and no model of that name on the Hub$"):
+            check_hub_model("runs/x")
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = cli_env(HF_HUB_OFFLINE="0", HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    done = subprocess.run(
+        [sys.executable, "-m", "aiayn_cli", "translate", "-m", "runs/x", "A dog."],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    line = one_line(done.returncode, done.stdout, done.stderr)
+    assert line.startswith("error: --model runs/x: no such model folder, and the Hub could not be reached"), line
+    with pytest.raises(AiaynError, match="no such model folder$"):  # a path that cannot be a Hub id: no request
+        check_hub_model(str(tmp_path / "runs" / "x"))

@@ -32,6 +32,7 @@ import torch
 from ..data.lines import decode_lines
 from ..data.vocabulary import check_tokenizer as check_token_ids
 from ..errors import AiaynError, first_line
+from ..hub.lookup import check_hub_model, check_local
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from ..precision import inference_dtype
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
@@ -100,7 +101,7 @@ def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str |
     from safetensors import SafetensorError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-    check_local(path_or_hub_id, key=key)
+    check_hub_model(str(path_or_hub_id), revision, key=key)
     where = str(path_or_hub_id)
     folder = Path(where).expanduser()
     _refuse_pickled_weights(folder, key)
@@ -500,25 +501,6 @@ def _progress_bar(total: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="sent", disable=not enabled, desc="translating", dynamic_ncols=True)
-
-
-def check_local(path_or_hub_id: str, key: str | None = "model", what: str = "model") -> None:
-    """A `what` given as a local path must be an existing folder (else the Hub would say "Repo id must be
-    in the form ..."); a Hub id (`user/name`) passes."""
-    path = Path(path_or_hub_id).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise AiaynError(f"{path_or_hub_id}: is a file; give the {what}'s folder", key=key)
-        return
-    first = path_or_hub_id.split("/")[0]
-    if (
-        path_or_hub_id.startswith((".", "/", "~"))
-        or path_or_hub_id.count("/") > 1
-        or "\\" in path_or_hub_id
-        or (first != path_or_hub_id and Path(first).is_dir())
-        or not path_or_hub_id.strip()
-    ):
-        raise AiaynError(f"{path_or_hub_id}: no such {what} folder", key=key)
 
 
 __all__ = [

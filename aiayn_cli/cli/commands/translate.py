@@ -14,6 +14,7 @@ import typer
 from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
 from ...files import STDOUT, check_output_file, node_kind, open_output
+from ...hub.lookup import check_hub_model
 from .. import options
 
 BATCHING = "Batching and device"
@@ -86,6 +87,7 @@ def translate(
     options.check_engine(engine)
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
+    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
     import torch
 
     from ...decoding.translator import Translator, decode_lines
