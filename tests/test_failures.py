@@ -504,6 +504,9 @@ def test_sweep_an_empty_model_path_is_not_the_current_folder(monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     for command in (["push", "-m", "", "--repo-id", "u/m", "--dry-run"], ["export", "-m", "", "-o", "ct2"]):
         assert _line(monkeypatch, capsys, *command) == "error: --model is empty: give a model folder or a Hub id"
+    for last in ([], ["--last", "2"]):  # average's CHECKPOINT... too (it was reported as '.')
+        line = _line(monkeypatch, capsys, "average", "", *last, "-o", "avg")
+        assert line == "error: an empty CHECKPOINT: give checkpoint folders, or with --last a run folder"
     assert list(tmp_path.iterdir()) == []
 
 

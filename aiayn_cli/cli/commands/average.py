@@ -17,8 +17,8 @@ from .. import options
 
 
 def average(
-    paths: Annotated[
-        list[Path],
+    names: Annotated[
+        list[str],
         typer.Argument(
             metavar="CHECKPOINT...",
             help="Checkpoint folders, or with --last one run folder (the output folder of `aiayn train`).",
@@ -42,6 +42,9 @@ def average(
     """Average checkpoints element-wise into a new Hub-format model folder."""
     from ...training.checkpoint import list_checkpoints, write_averaged_checkpoint
 
+    if any(not name.strip() for name in names):  # Path("") would be the current folder
+        raise AiaynError("an empty CHECKPOINT: give checkpoint folders, or with --last a run folder")
+    paths = [Path(name) for name in names]
     if last is not None:
         if len(paths) != 1:
             raise AiaynError("--last takes one run folder, not checkpoint folders")
