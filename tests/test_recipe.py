@@ -199,12 +199,36 @@ def test_overrides_win_and_are_checked(tmp_path):
     assert recipe.model.preset == "tiny"
 
 
-def test_mixed_precision_no_unquoted_is_fp32(tmp_path):
-    # YAML 1.1 reads an unquoted `no` as false: in a recipe file and in `--set mixed_precision=no`
+def test_recipes_read_yaml_1_2_words_and_numbers(tmp_path):
+    """PyYAML's YAML 1.1 reads an unquoted `no` as false and `1e-3` as a string: a recipe and
+    `--set KEY=VALUE` read YAML 1.2 (`mixed_precision: no` is fp32; `1e-3` a number)."""
+    from aiayn_cli.cli.options import recipe_overrides
+
     assert load_recipe(_write(tmp_path, MINIMAL + "mixed_precision: no\n")).mixed_precision == "no"
-    assert load_recipe(_write(tmp_path, MINIMAL), {"mixed_precision": False}).mixed_precision == "no"
+    overrides = recipe_overrides(["mixed_precision=no", "label_smoothing=1e-1", "compile_loss=false"], {}, {})
+    assert overrides == {"mixed_precision": "no", "label_smoothing": 0.1, "compile_loss": False}
+    recipe = load_recipe(_write(tmp_path, MINIMAL), overrides)
+    assert (recipe.mixed_precision, recipe.label_smoothing, recipe.compile_loss) == ("no", 0.1, False)
+    assert load_recipe(_write(tmp_path, MINIMAL + "label_smoothing: 2e-1\n")).label_smoothing == 0.2
     with pytest.raises(AiaynError, match=r"'mixed_precision' must be"):
         load_recipe(_write(tmp_path, MINIMAL + "mixed_precision: yes\n"))
+
+
+def test_tokenizer_training_keys_are_train_tokenizers_words(tmp_path, capsys):
+    """`algorithm` and `sample_size`, as `train-tokenizer --algorithm/--sample-size`; the old `model` and
+    `sample` are read for one version with a notice naming the file's line; both at once are refused."""
+    section = "tokenizer_training:\n  vocab_size: 300\n"
+    recipe = load_recipe(_write(tmp_path, MINIMAL + section + "  algorithm: unigram\n  sample_size: 50\n"))
+    assert (recipe.tokenizer_training.algorithm, recipe.tokenizer_training.sample_size) == ("unigram", 50)
+    assert capsys.readouterr().err == ""
+    path = _write(tmp_path, MINIMAL + section + "  model: unigram\n  sample: 50\n")
+    old = load_recipe(path)
+    assert old.tokenizer_training == recipe.tokenizer_training
+    notices = capsys.readouterr().err.splitlines()
+    assert len(notices) == 2 and notices[0].startswith(f"warning: {path}:")
+    assert "'tokenizer_training.model' is now 'tokenizer_training.algorithm'" in notices[0]
+    with pytest.raises(AiaynError, match=r"'tokenizer_training.model' is the old name"):
+        load_recipe(_write(tmp_path, MINIMAL + section + "  model: bpe\n  algorithm: bpe\n"))
 
 
 def test_round_trip_and_differences(tmp_path):

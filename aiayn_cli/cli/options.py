@@ -486,13 +486,15 @@ def recipe_overrides(set_values: list[str] | None, data: dict[str, Any], flags: 
     values), then the other flags that were given (`flags` maps dotted recipe keys to flag values)."""
     import yaml
 
+    from .. import yaml_text
+
     overrides: dict[str, Any] = {}
     for item in set_values or []:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise AiaynError(f"--set {item}: expected KEY=VALUE, e.g. --set lr_scale=2")
         try:
-            overrides[key.strip()] = yaml.safe_load(text) if text.strip() else None
+            overrides[key.strip()] = yaml_text.loads(text) if text.strip() else None
         except yaml.YAMLError:
             raise AiaynError(f"--set {item}: the value is not valid YAML") from None
     if any(data.get(name) is not None for name in DATA_SOURCES):

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from .. import yaml_text
 from ..errors import AiaynError, first_line
 from ..files import check_output_folder, staging_dir
 
@@ -169,7 +170,7 @@ def languages_from_recipe(recipe: Path | None) -> tuple[str | None, str | None, 
     if recipe is None:
         return None, None, []
     try:
-        data = (yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}).get("data", {}) or {}
+        data = (yaml_text.loads(recipe.read_text(encoding="utf-8")) or {}).get("data", {}) or {}
     except yaml.YAMLError as err:
         raise AiaynError(f"{recipe}: not valid YAML: {first_line(err)}") from None
     dataset = data.get("dataset")
@@ -198,7 +199,7 @@ def without_local_paths(data: Any, key: str = "") -> Any:
 def public_recipe(recipe: Path) -> str:
     """The text of a saved recipe.yaml as published: its local paths reduced to their last component."""
     try:
-        data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+        data = yaml_text.loads(recipe.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise AiaynError(f"{recipe}: not valid YAML: {first_line(err)}") from None
     header = "# The training recipe (local paths reduced to their last component).\n"

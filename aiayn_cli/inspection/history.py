@@ -173,12 +173,13 @@ def run_alignment_data(run: str | Path, split: str) -> tuple[Path | None, tuple[
     relative to the working directory as in training), and the recipe's languages."""
     import yaml
 
+    from .. import yaml_text
     from ..data.corpus import DataSpec
     from ..training.run_folder import RECIPE_FILE
     from .layers import alignment_file
 
     try:
-        data = yaml.safe_load((Path(run) / RECIPE_FILE).read_text(encoding="utf-8"))["data"]
+        data = yaml_text.loads((Path(run) / RECIPE_FILE).read_text(encoding="utf-8"))["data"]
         spec = DataSpec(data_dir=data["data_dir"], source_lang=data["source_lang"], target_lang=data["target_lang"])
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None, None

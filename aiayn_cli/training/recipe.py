@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
+from .. import yaml_text
 from ..data.corpus import DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
@@ -115,12 +116,18 @@ class TokenizerTraining:
 
     vocab_size: PositiveInt = 37000
     """Size of the joint vocabulary (§5.1: about 37,000 for WMT 2014 English-German)."""
-    model: Literal["bpe", "unigram"] = "bpe"
-    """The subword model: byte-pair encoding (the paper's) or unigram."""
+    algorithm: Literal["bpe", "unigram"] = "bpe"
+    """The subword algorithm: byte-pair encoding (the paper's) or unigram (`train-tokenizer --algorithm`)."""
     min_frequency: PositiveInt = 2
     """BPE: the fewest occurrences of a pair to merge it."""
-    sample: PositiveInt | None = None
-    """Take the statistics from a uniform random sample of this many pairs; None: every pair."""
+    sample_size: PositiveInt | None = None
+    """Take the statistics from a uniform random sample of this many pairs; None: every pair
+    (`train-tokenizer --sample-size`)."""
+
+
+# Keys renamed in this version (old -> new), still read with a notice until the next one.
+RENAMED_KEYS = {"tokenizer_training.model": "tokenizer_training.algorithm",
+                "tokenizer_training.sample": "tokenizer_training.sample_size"}  # fmt: skip
 
 
 @dataclass
@@ -396,8 +403,7 @@ def load_recipe(
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value, source)
         where[key] = (flags or {}).get(key) or (f"--set {key}" if not key.startswith("--") else key)
-    if raw.get("mixed_precision") is False:  # YAML 1.1 reads an unquoted `no` as false
-        raw["mixed_precision"] = "no"
+    _rename_old_keys(raw, where)
     try:
         recipe = _VALIDATOR.validate_python(raw)
     except ValidationError as err:
@@ -406,6 +412,22 @@ def load_recipe(
     if recipe.when_fp32:
         recipe = _check_when_fp32(recipe, where, source, set(overrides or {}))
     return recipe
+
+
+def _rename_old_keys(raw: dict[str, Any], where: dict[str, str]) -> None:
+    """The previous version's spellings (`RENAMED_KEYS`), read as the new ones with a one-line notice."""
+    for old, new in RENAMED_KEYS.items():
+        section, old_name = old.split(".")
+        mapping = raw.get(section)
+        if not isinstance(mapping, dict) or old_name not in mapping:
+            continue
+        new_name = new.split(".")[1]
+        if new_name in mapping:
+            raise AiaynError(f"{where.get(old, old)}: '{old}' is the old name of '{new}'; give only '{new}'")
+        mapping[new_name] = mapping.pop(old_name)
+        where.setdefault(new, where.get(old, old))
+        print(f"warning: {where.get(old, old)}: '{old}' is now '{new}'; the old name goes away in the next version",
+              file=sys.stderr)  # fmt: skip
 
 
 # The keys of `DataSpec` that name where the data is: one of them is given.
@@ -477,8 +499,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     except UnicodeDecodeError as err:
         raise AiaynError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text) or {}
+        node = yaml_text.compose(text)
+        data = yaml_text.loads(text) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -376,7 +376,7 @@ def build_missing_tokenizer(recipe: TrainRecipe, show_progress: bool = False) ->
             return False
         print(
             f"tokenizer: {folder} does not exist: building it from the training data first "
-            f"({settings.model}, vocab_size {settings.vocab_size}: the recipe's tokenizer_training)",
+            f"({settings.algorithm}, vocab_size {settings.vocab_size}: the recipe's tokenizer_training)",
             file=sys.stderr,
             flush=True,
         )
@@ -384,9 +384,9 @@ def build_missing_tokenizer(recipe: TrainRecipe, show_progress: bool = False) ->
             recipe.data,
             split=recipe.train_split,
             vocab_size=settings.vocab_size,
-            model=settings.model,
+            model=settings.algorithm,
             min_frequency=settings.min_frequency,
-            max_sentences=settings.sample,
+            max_sentences=settings.sample_size,
             seed=recipe.seed,
             output_dir=folder,
             show_progress=show_progress,
