@@ -37,6 +37,9 @@ AVX2 = {**AVX512_BF16, "capability": "AVX2", "onednn_bf16": False, "avx512_bf16"
         ({**AVX512_BF16, "onednn_max_isa": "AVX2"}, False, "ONEDNN_MAX_CPU_ISA=AVX2"),
         ({**AVX512_BF16, "onednn_max_isa": "AVX512_CORE"}, False, "ONEDNN_MAX_CPU_ISA=AVX512_CORE"),
         ({**AVX512_BF16, "onednn_max_isa": "AVX512_CORE_AMX"}, True, "AVX512-BF16"),
+        # an AMX CPU told to stop below AMX computes with AVX512-BF16: the reason says so, not "AMX"
+        ({**AVX512_BF16, "amx": True, "onednn_max_isa": "AVX512_CORE_BF16"}, True, "with AVX512-BF16"),
+        ({**AVX512_BF16, "amx": True, "onednn_max_isa": "AVX512_CORE_AMX"}, True, "with AMX"),
         ({**AVX2, "capability": "SVE256", "onednn_bf16": True, "x86": False}, True, "oneDNN computes bf16"),
     ],
 )
