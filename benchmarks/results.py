@@ -29,7 +29,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -276,16 +275,13 @@ def default_path(name: str, machine: dict[str, Any]) -> Path:
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
+    """The file whole or not at all, with the mode `open` gives (the umask's, as every file in the repository)."""
+    from aiayn_cli.files import atomic_open
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "w") as f:
+        json.dump(record, f, indent=2, ensure_ascii=False)
+        f.write("\n")
 
 
 def read(path: str | Path) -> dict[str, Any]:

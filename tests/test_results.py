@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 from conftest import REPO_ROOT
@@ -26,6 +28,9 @@ def test_a_results_file_holds_the_command_commit_machine_versions_and_load(tmp_p
     assert len(record["load_average"]["before"]) == 3 and len(record["load_average"]["after"]) == 3
     assert record["figures"] == {"rows": [{"batch": 1, "tok_s": 12.5}]}
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left beside it
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # open's mode, not a temporary file's 0o600
 
 
 def test_the_default_file_is_named_by_the_machine(monkeypatch, tmp_path):
