@@ -256,6 +256,8 @@ def profile_step(run_class, step: int, device: str, folder: Path, summary: dict)
                     {"name": e.key, "seconds": getattr(e, key) / 1e6, "calls": e.count}
                     for e in sorted(timed, key=lambda e: -getattr(e, key))[:12]
                 ],
+                # which fused attention ran (cuDNN's plans per batch shape: see the recipe's attention_kernels)
+                "attention_operators": sorted({e.key for e in events if "scaled_dot_product" in e.key}),
                 "note": "under the profiler, which slows the host side",
             }
         )
@@ -439,7 +441,7 @@ class SideFailed(Exception):
 def _side(args, side: str, accumulation: int = 1) -> dict:
     """One side in a process of its own (its own CUDA context, memory and accelerate state): its figures,
     or SideFailed with the last line of its error."""
-    out, log = args.work / f"{side}.json", args.work / f"{side}.log"
+    out = args.work / f"{side}.json"
     out.unlink(missing_ok=True)
     command = [sys.executable, __file__, "--side", side, "--json", str(out)]
     for name in SIDE_ARGS:
@@ -453,26 +455,29 @@ def _side(args, side: str, accumulation: int = 1) -> dict:
         command += ["--profile", str(args.profile)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env["HF_DATASETS_CACHE"] = str(args.work / "cache")
-    with log.open("w") as sink:
-        done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
-    if done.returncode == 0 and out.is_file():
+    lines = []
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as side_run:
+        for line in side_run.stdout:  # into our stderr as it comes (a log that outlives a kill)
+            sys.stderr.write(f"[{side}] {line}")
+            lines.append(line)
+    if side_run.returncode == 0 and out.is_file():
         return json.loads(out.read_text())
-    text = log.read_text(errors="replace")
-    sys.stderr.write(text[-4000:])
-    lines = [line for line in text.splitlines() if line.strip()]
+    text, lines = "".join(lines), [line for line in lines if line.strip()]
     error = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
     out_of_memory = "OutOfMemoryError" in text or "out of memory" in text
-    raise SideFailed(f"exit code {done.returncode}: {error.strip()[:300]}", out_of_memory)
+    raise SideFailed(f"exit code {side_run.returncode}: {error.strip()[:300]}", out_of_memory)
 
 
-def measure_sides(args, run_side=_side) -> dict:
+def measure_sides(args, run_side=_side, on_side=lambda sides: None) -> dict:
     """aiayn's side, then HF's at the fewest micro-batches that fit (`ACCUMULATIONS`); each side's figures,
-    or `ok: false` and its error, so that one side's failure never loses the other's figures."""
+    or `ok: false` and its error, so that one side's failure never loses the other's figures. `on_side`
+    gets the sides so far after each one (to write them before the next starts)."""
     sides: dict = {}
     try:
         sides["aiayn"] = {"ok": True, **run_side(args, "aiayn")}
     except SideFailed as err:
         sides["aiayn"] = {"ok": False, "error": str(err), "out_of_memory": err.out_of_memory}
+    on_side(sides)
     tries = []
     for accumulation in ACCUMULATIONS:
         per_device = math.ceil(args.batch_size / accumulation)
@@ -489,11 +494,13 @@ def measure_sides(args, run_side=_side) -> dict:
         break
     else:
         sides["hf"] = {"ok": False, "error": "out of memory at every micro-batch size", "tries": tries}
+    on_side(sides)
     return sides
 
 
 def compare(args) -> dict:
-    """Both sides on the same data; the figures of the results file."""
+    """Both sides on the same data; the figures of the results file (written to `--json` after each side,
+    so that a run stopped during the second keeps the first's)."""
     from aiayn_cli.model.configuration_aiayn import PRESETS
 
     src, tgt = make_corpus(args.work / "corpus", args.pairs, args.vocab)
@@ -502,14 +509,7 @@ def compare(args) -> dict:
     peak = matmul_rate(args.device, rate_dtype, n=args.matmul_size)
     if args.batch_size is None:
         args.batch_size = mean_batch_sentences(args)
-    sides = measure_sides(args)
-    for result in sides.values():
-        if result["ok"]:
-            result["model_flops_per_s"] = result["tokens_per_s"] * flops_per_token
-            result["mfu"] = result["model_flops_per_s"] / peak
-            result["hours_for_100k_paper_steps"] = PAPER_STEPS * PAPER_STEP_TOKENS / result["tokens_per_s"] / 3600
-    both = sides["aiayn"]["ok"] and sides["hf"]["ok"]
-    return {
+    figures = {
         "device": args.device,
         "preset": args.preset,
         "precision": args.precision,
@@ -522,10 +522,23 @@ def compare(args) -> dict:
         "flops_per_token": flops_per_token,
         "matmul_flops_per_s": peak,
         "matmul_dtype": rate_dtype,
-        "sides": sides,
-        "ratio_to_hf": sides["aiayn"]["tokens_per_s"] / sides["hf"]["tokens_per_s"] if both else None,
-        "hours_for_100k_paper_steps": sides["aiayn"].get("hours_for_100k_paper_steps"),
     }
+
+    def with_sides(sides: dict) -> None:
+        for result in sides.values():
+            if result["ok"] and "mfu" not in result:
+                result["model_flops_per_s"] = result["tokens_per_s"] * flops_per_token
+                result["mfu"] = result["model_flops_per_s"] / peak
+                result["hours_for_100k_paper_steps"] = PAPER_STEPS * PAPER_STEP_TOKENS / result["tokens_per_s"] / 3600
+        ours, hf = sides.get("aiayn", {}), sides.get("hf", {})
+        figures.update(sides=sides, hours_for_100k_paper_steps=ours.get("hours_for_100k_paper_steps"))
+        both = ours.get("ok") and hf.get("ok")
+        figures["ratio_to_hf"] = ours["tokens_per_s"] / hf["tokens_per_s"] if both else None
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+
+    measure_sides(args, on_side=with_sides)
+    return figures
 
 
 def print_table(figures: dict) -> None:
@@ -589,8 +602,6 @@ def main(argv: list[str] | None = None) -> dict | None:
         args.work = Path(tmp)
         figures = compare(args)
     print_table(figures)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
     return figures
 
 

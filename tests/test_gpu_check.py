@@ -82,6 +82,7 @@ def test_the_smoke_run_passes_every_part(tmp_path):
     assert throughput["ratio_to_hf"] > 0 and throughput["hours_for_100k_paper_steps"] > 0
     assert [(t["accumulation"], "fitted" in t) for t in throughput["sides"]["hf"]["tries"]] == [(1, True)]
     assert throughput["attention_kernels"] == "flash,efficient,math"
+    assert throughput["sides"]["aiayn"]["profile"]["attention_operators"], throughput["sides"]["aiayn"]["profile"]
     assert throughput["sides"]["aiayn"]["profile"]["busy_s"] > 0 and (out / "profile" / "profile_step.txt").is_file()
     assert [row["batch"] for row in parts["decoding"]["rows"]] == [1, 4]
     lost = parts["lost"]  # SIGSTOP: the heartbeat (lost_process_after 10 s) ends the other
@@ -153,12 +154,12 @@ def test_a_tests_part_killed_at_its_limit_says_which_tests_had_passed(tmp_path):
     )
     check = gpu_check.Check(argparse.Namespace(out=tmp_path / "out", budget=60.0, smoke=True))
     try:
-        result = gpu_check.part_tests(check, 10, files=(str(tests),))
+        result = gpu_check.part_tests(check, 8, files=(str(tests),))
     finally:
         check.log.close()
         shutil.rmtree(check.work)
     names = {k: [test.split("/")[-1] for test in result[k]] for k in ("passed", "skipped", "failed")}
-    assert result["ok"] is False and result["exit_code"] == -9 and result["killed_after_s"] == 10
+    assert result["ok"] is False and result["exit_code"] == -9 and result["killed_after_s"] == 8
     assert names == {
         "passed": ["test_probe.py::test_one"],
         "skipped": ["test_probe.py::test_two"],
@@ -188,7 +189,9 @@ def test_the_hf_side_out_of_memory_is_split_into_micro_batches_and_ours_is_kept(
 
     args = argparse.Namespace(batch_size=755)
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 26.12 GiB"
-    sides = measure_sides(args, _sides_with({("hf", 1): oom, ("hf", 2): oom}))
+    seen = []
+    sides = measure_sides(args, _sides_with({("hf", 1): oom, ("hf", 2): oom}), lambda s: seen.append(sorted(s)))
+    assert seen == [["aiayn"], ["aiayn", "hf"]]  # written after each side: a later kill keeps the first
     assert sides["aiayn"] == {"ok": True, "tokens_per_s": 1000.0, "accumulation": 1}
     assert sides["hf"]["ok"] and sides["hf"]["accumulation"] == 4
     assert [(t["accumulation"], t["per_device_batch"], "fitted" in t) for t in sides["hf"]["tries"]] == [
@@ -221,3 +224,21 @@ def test_a_side_process_that_crashes_is_reported_with_its_error_line(tmp_path):
         bench_train_wmt._side(args, "hf", 2)
     assert failed.value.out_of_memory is False and str(failed.value).startswith("exit code 1: ")
     assert "tokenizer" in str(failed.value).lower() or "corpus" in str(failed.value), str(failed.value)
+
+
+def test_a_throughput_part_killed_during_the_peer_keeps_our_figures(tmp_path, monkeypatch):
+    check = gpu_check.Check(argparse.Namespace(out=tmp_path / "out", budget=60.0, smoke=True))
+    ours = {"ok": True, "tokens_per_s": 5.0, "mfu": 0.4, "hours_for_100k_paper_steps": 2.0}
+
+    def killed(command, limit, env=None):  # the bench wrote its first side, then was killed
+        path = Path(command[command.index("--json") + 1])
+        path.write_text(json.dumps({"sides": {"aiayn": ours}, "ratio_to_hf": None}))
+        return -9, ""
+
+    monkeypatch.setattr(check, "run", killed)
+    try:
+        result = gpu_check.part_throughput(check, 100)
+    finally:
+        check.log.close()
+        shutil.rmtree(check.work)
+    assert result["ok"] is False and result["exit_code"] == -9 and result["sides"] == {"aiayn": ours}
