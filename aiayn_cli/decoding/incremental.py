@@ -24,44 +24,20 @@ import itertools
 import math
 import threading
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..model.configuration_aiayn import AiaynConfig
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, PositionwiseFeedForward, padding_mask
 
-# Every field of `AiaynConfig` that the fast decoder handles (through the model's own modules, which
-# read them). A field added to the config must be added here once the decoder is known to handle it
-# and the equivalence tests cover it (tests/test_decoding.py checks both).
-SUPPORTED_CONFIG_FIELDS = frozenset(
-    {
-        "vocab_size",
-        "d_model",
-        "d_ff",
-        "num_heads",
-        "num_encoder_layers",
-        "num_decoder_layers",
-        "dropout",
-        "attention_dropout",
-        "activation_dropout",
-        "activation_function",
-        "max_position_embeddings",
-        "layer_norm_eps",
-        "scale_embedding",
-        "tie_word_embeddings",
-        "pre_norm",
-        "positional_encoding",
-        "init_std",
-        "pad_token_id",
-        "bos_token_id",
-        "eos_token_id",
-        "decoder_start_token_id",
-        "use_cache",
-        "is_encoder_decoder",
-        "custom_pipelines",
-    }
-)
+# The fields of `AiaynConfig` that the fast decoder does not handle: none. Every field reaches it
+# through the model's own modules, which read them, and the equivalence tests (tests/test_decoding.py)
+# switch each one. A field added to the config fails the contract test there, by name, until those
+# tests switch it or it is listed here (then `PreparedModel` refuses a model that sets it).
+UNSUPPORTED_CONFIG_FIELDS: frozenset[str] = frozenset()
 
 PROJECTION_DTYPES = ("float", "int8")
 
@@ -71,34 +47,56 @@ PROJECTION_DTYPES = ("float", "int8")
 # ---------------------------------------------------------------------------------------------
 
 
-class Projection:
-    """x W^T + b for a fixed weight W: an `nn.Linear`'s function, prepacked for oneDNN's GEMM.
+def linear_map(
+    weight: torch.Tensor, bias: torch.Tensor | None, relu: bool = False
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], bool]:
+    """x -> x W^T + b for a fixed weight W (max(0, x W^T + b) with `relu`), and whether it is prepacked.
 
-    The weight is packed once (`torch.ops.mkldnn._linear_pointwise`, the kernel `torch.compile` uses
-    for frozen CPU linears), which runs 2-3x faster than the BLAS call of `F.linear` on CPUs where
-    MKL does not use AVX-512 (AMD). Where the weight cannot be packed (not on a CPU, no oneDNN, a
-    dtype without a kernel) it is `F.linear`.
+    Prepacked: oneDNN's GEMM on a weight packed once, the kernel `torch.compile` uses for frozen CPU
+    linears, which runs 2-3x faster than the BLAS call of `F.linear` on CPUs where MKL does not use
+    AVX-512 (AMD). Its operators are private to PyTorch (`torch.ops.mkldnn._reorder_linear_weight`,
+    `_linear_pointwise`), so this is the one place that names them, and the public `F.linear` is the
+    answer wherever they are missing or fail (not on a CPU, no oneDNN, a dtype without a kernel: fp16
+    on most CPUs).
     """
+    weight = weight.detach()
+    bias = bias.detach() if bias is not None else None
+    if weight.device.type == "cpu" and _onednn_available():
+        try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype
+            kernel = torch.ops.mkldnn._linear_pointwise.default._op  # the kernel, called straight
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+            activation = "relu" if relu else "none"
+
+            def prepacked(x: torch.Tensor) -> torch.Tensor:
+                return kernel(x, packed, bias, activation, [], "")
+
+            prepacked(weight.new_zeros(1, weight.size(1)))
+            return prepacked, True
+        except (RuntimeError, AttributeError):
+            pass
+    if relu:
+        return lambda x: F.relu(F.linear(x, weight, bias)), False
+    return lambda x: F.linear(x, weight, bias), False
+
+
+def _onednn_available() -> bool:
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+class Projection:
+    """x W^T + b for a fixed weight W: an `nn.Linear`'s function, computed by `linear_map` (prepacked for
+    oneDNN's GEMM where it runs); `relu`: max(0, x W^T + b), fused into the GEMM where it is packed."""
 
     def __init__(self, linear: nn.Linear, relu: bool = False):
-        self.relu = relu  # max(0, x W^T + b), fused into the GEMM where it is packed
-        self.activation = "relu" if relu else "none"
-        self.weight = linear.weight.detach()
-        self.bias = linear.bias.detach() if linear.bias is not None else None
-        self.packed = None
-        if self.weight.device.type == "cpu" and _onednn_available():
-            self.linear_pointwise = torch.ops.mkldnn._linear_pointwise.default._op  # the kernel, called straight
-            try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype (fp16 on most CPUs)
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 64)
-                self(self.weight.new_zeros(1, self.weight.size(1)))
-            except (RuntimeError, AttributeError):
-                self.packed = None
+        self.relu = relu
+        self.function, self.packed = linear_map(linear.weight, linear.bias, relu)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            y = F.linear(x, self.weight, self.bias)
-            return F.relu(y) if self.relu else y
-        return self.linear_pointwise(x, self.packed, self.bias, self.activation, [], "")
+        return self.function(x)
 
 
 class LayerNorm:
@@ -128,7 +126,7 @@ def _replace_leaves(modules: nn.Module, int8: bool) -> None:
             parent.activation = _identity  # ... applied by w_1
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and not int8:
-                function = Projection(child, relu=relu and name == "w_1")
+                function = Projection(child, relu=relu and name == "w_1").function
             elif type(child) is nn.LayerNorm:
                 function = LayerNorm(child)
             elif isinstance(child, nn.Dropout):
@@ -153,14 +151,6 @@ def _direct_call(cls: type) -> type:
     if cls not in _DIRECT:
         _DIRECT[cls] = type(cls.__name__, (cls,), {"__call__": cls.forward})
     return _DIRECT[cls]
-
-
-def _onednn_available() -> bool:
-    return (
-        torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
 
 
 def _int8_linears(module: nn.Module) -> None:
@@ -188,6 +178,7 @@ class PreparedModel:
     def __init__(self, model: AiaynForConditionalGeneration, dtype: str = "float"):
         if dtype not in PROJECTION_DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(PROJECTION_DTYPES)}, got {dtype!r}")
+        _check_supported(model.config)
         self.config, self.dtype = model.config, dtype
         shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
         modules = nn.ModuleDict(
@@ -232,6 +223,13 @@ class PreparedModel:
             self._spare.append(memory)
             self._spare.sort(key=lambda m: m[0].numel())
             del self._spare[: max(0, len(self._spare) - self._most_lent)]
+
+
+def _check_supported(config: AiaynConfig) -> None:
+    """ValueError where the config sets a field the fast decoder does not handle (away from its default)."""
+    for name in sorted(UNSUPPORTED_CONFIG_FIELDS):
+        if getattr(config, name) != getattr(AiaynConfig(), name):
+            raise ValueError(f"the fast decoder does not handle {name}={getattr(config, name)!r} yet")
 
 
 def encode(
@@ -429,6 +427,7 @@ __all__ = [
     "LayerNorm",
     "PreparedModel",
     "Projection",
-    "SUPPORTED_CONFIG_FIELDS",
+    "UNSUPPORTED_CONFIG_FIELDS",
     "encode",
+    "linear_map",
 ]

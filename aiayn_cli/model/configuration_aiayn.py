@@ -29,6 +29,11 @@ PRESETS: dict[str, dict] = {
 
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
 
+# The fields that do not change what the model computes: the special tokens' ids (the tokenizer's),
+# and how Hugging Face treats the model. Every other field of `AiaynConfig` is the model's.
+TOKEN_ID_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+LIBRARY_FIELDS = ("use_cache", "is_encoder_decoder", "custom_pipelines")
+
 
 @strict
 class AiaynConfig(PreTrainedConfig):
@@ -149,7 +154,7 @@ class AiaynConfig(PreTrainedConfig):
             raise ValueError(
                 f"AiaynConfig: activation_function must be 'relu' or 'gelu', got {self.activation_function!r}"
             )
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        for name in TOKEN_ID_FIELDS:
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"AiaynConfig: {name} ({value}) must be in [0, vocab_size={self.vocab_size})")
@@ -167,4 +172,4 @@ class AiaynConfig(PreTrainedConfig):
         return cls(**{**PRESETS[name], **overrides})
 
 
-__all__ = ["AiaynConfig", "PRESETS"]
+__all__ = ["AiaynConfig", "LIBRARY_FIELDS", "PRESETS", "TOKEN_ID_FIELDS"]

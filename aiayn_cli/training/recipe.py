@@ -36,7 +36,7 @@ from .. import yaml_text
 from ..data.corpus import DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
-from ..model.configuration_aiayn import PRESETS, AiaynConfig
+from ..model.configuration_aiayn import LIBRARY_FIELDS, PRESETS, TOKEN_ID_FIELDS, AiaynConfig
 
 # Scalars are strict (`compile: 1` is not a boolean, `max_tokens: 4096.5` not an integer); an integer
 # is a number. Ranges are part of the types.
@@ -63,17 +63,7 @@ def _strict(hint: Any) -> Any:
 
 # AiaynConfig fields that are not the recipe's to set: token ids come from the tokenizer, the rest
 # is Hugging Face plumbing.
-_NOT_IN_RECIPES = frozenset(
-    {
-        "pad_token_id",
-        "bos_token_id",
-        "eos_token_id",
-        "decoder_start_token_id",
-        "use_cache",
-        "is_encoder_decoder",
-        "custom_pipelines",
-    }
-)
+_NOT_IN_RECIPES = frozenset(TOKEN_ID_FIELDS + LIBRARY_FIELDS)
 MODEL_FIELDS = tuple(name for name in AiaynConfig.__annotations__ if name not in _NOT_IN_RECIPES)
 
 
