@@ -381,7 +381,8 @@ def test_row_18_the_pickle_check_looks_through_links(tmp_path):
 
 
 def test_row_18_a_second_signal_removes_the_checkpoint_being_written(monkeypatch, tmp_path):
-    from aiayn_cli.training.loop import Run, StopSignals
+    from aiayn_cli.training.loop import Run
+    from aiayn_cli.training.signals import StopSignals
 
     (tmp_path / "checkpoint-100").mkdir()
     (tmp_path / "checkpoint-200.tmp" / "training_state").mkdir(parents=True)

@@ -13,34 +13,31 @@ gradients), with a message naming the step and the last good checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
 from ..errors import AiaynError, Interrupted
-from ..model.modeling_aiayn import AiaynForConditionalGeneration, shift_tokens_right
+from ..model.modeling_aiayn import shift_tokens_right
 from .checkpoint import (
-    average_checkpoints,
     list_checkpoints,
     rotate_checkpoints,
     save_checkpoint,
-    write_averaged_checkpoint,
 )
-from .heartbeat import whole_write
 from .loss import label_smoothed_cross_entropy, target_mask
 from .recipe import parse_duration
 from .run_folder import HISTORY_DIR
 from .schedule import cooldown_factor
+from .signals import StopSignals
 from .validation import validation_bleu, validation_loss
 
 
@@ -53,39 +50,53 @@ def micro_batch_seed(seed: int, step: int, index: int) -> int:
     return ((seed * 1_000_003 + step) * 4099 + index) & (2**63 - 1)
 
 
-class StopSignals:
-    """While active (in the main thread), SIGINT and SIGTERM set `received` instead of killing the
-    process; a second one kills it at once with the signal's default action."""
+class Agreement(NamedTuple):
+    """What the processes agree on before each update, in the step's one collective (each field summed
+    over the processes): the global batch's non-pad token counts, the events by the main process's
+    clock (0 elsewhere), and whether any process received a stop signal. `to_tensor` and
+    `from_tensor` are the one place where it is packed and unpacked."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    target_tokens: float
+    source_tokens: float
+    checkpoint_due: float
+    validation_due: float
+    time_up: float
+    signalled: float
+    time_fraction: float  # of max_time spent, by the main process's clock
 
-    def __init__(self, step=lambda: 0, on_abort=lambda: None):
-        self.received: int | None = None
-        self.previous: dict = {}
-        self.step = step  # the step being computed, for the message
-        self.on_abort = on_abort  # before the second signal ends the process: remove what is half-written
+    def to_tensor(self) -> torch.Tensor:
+        return torch.tensor(self, dtype=torch.float64)
 
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
+    @classmethod
+    def from_tensor(cls, tensor: torch.Tensor) -> Agreement:
+        return cls(*tensor.tolist())
 
-    def __exit__(self, *exc) -> None:
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
 
-    def _handle(self, number: int, frame) -> None:
-        name = signal.Signals(number).name
-        if self.received is not None:
-            os.write(2, f"\n{name} again: stopping now, without a checkpoint\n".encode())
-            with contextlib.suppress(Exception):
-                self.on_abort()
-            signal.signal(number, signal.SIG_DFL)
-            os.kill(os.getpid(), number)
-            return
-        self.received = number
-        message = f"{name}: finishing step {self.step()}, then saving a checkpoint ({name} again stops at once)"
-        os.write(2, f"\n{message}\n".encode())
+class StepSums(NamedTuple):
+    """One update's sums over the global batch: token losses, token NLLs, non-pad token counts."""
+
+    loss: float
+    nll: float
+    target_tokens: float
+    source_tokens: float
+
+
+@dataclass
+class Window:
+    """The sums of the updates since the last train log line."""
+
+    loss: float = 0.0
+    nll: float = 0.0
+    target_tokens: float = 0.0
+    source_tokens: float = 0.0
+    steps: int = 0
+    start: float = field(default_factory=time.monotonic)
+
+    def add(self, sums: StepSums) -> None:
+        self.loss, self.nll = self.loss + sums.loss, self.nll + sums.nll
+        self.target_tokens += sums.target_tokens
+        self.source_tokens += sums.source_tokens
+        self.steps += 1
 
 
 class Run:
@@ -134,44 +145,48 @@ class Run:
             self.bar.close()
 
     def _loop(self) -> str:
-        recipe, state = self.recipe, self.state
-        window = torch.zeros(5, dtype=torch.float64)  # loss, nll, target tokens, source tokens, steps
-        window_start = time.monotonic()
+        state = self.state
+        window = Window()
         self.model.train()
         for group, epoch_done in self._global_batches():
             # 4a. The main process's clock decides time-based events; the decision travels with the token counts.
-            step_sums, flags = self._step(group, self._clock_flags())
+            sums, agreed = self._step(group)
             state.step += 1
             state.epoch, state.batch_in_epoch = (
                 (state.epoch + 1, 0) if epoch_done else (state.epoch, state.batch_in_epoch + len(group))
             )
-            state.target_tokens += int(step_sums[2])
-            state.source_tokens += int(step_sums[3])
-            window += torch.cat([step_sums, torch.ones(1, dtype=torch.float64)])
+            state.target_tokens += int(sums.target_tokens)
+            state.source_tokens += int(sums.source_tokens)
+            window.add(sums)
             self.bar.update(1)
             # 5a. Train metrics.
-            if state.step % recipe.log_every_steps == 0:
-                self._log_train(window, time.monotonic() - window_start)
-                window.zero_()
-                window_start = time.monotonic()
+            if state.step % self.recipe.log_every_steps == 0:
+                self._log_train(window)
+                window = Window()
             # 5b. Stop? Validate? Save? (A signal: save at once, no validation.)
-            stopped_by = self._stop_reason(time_up=flags[2], epoch_done=epoch_done)
-            save = bool(stopped_by) or flags[0] or _every(state.step, recipe.checkpoint_every_steps)
-            alone = self.accelerator.num_processes == 1
-            if flags[3] or (alone and self.signals.received is not None):
-                stopped_by, save = "signal", True
-            elif self.data.valid_loader is not None and (
-                stopped_by or flags[1] or _every(state.step, recipe.valid_every_steps)
-            ):
-                save |= self._validate()
-                if recipe.early_stopping_patience and state.bad_validations >= recipe.early_stopping_patience:
-                    stopped_by, save = stopped_by or "early_stopping", True
-            if save:
-                self._checkpoint()
-            if recipe.history_steps and state.step in recipe.history_steps:
-                self._save_history()
+            stopped_by = self._after_step(agreed, epoch_done)
             if stopped_by:
                 break
+        return stopped_by
+
+    def _after_step(self, agreed: Agreement, epoch_done: bool) -> str:
+        """Validate, save and stop as the step's agreement and the recipe say; why the run stops ("" to go on)."""
+        recipe, state = self.recipe, self.state
+        stopped_by = self._stop_reason(time_up=agreed.time_up > 0, epoch_done=epoch_done)
+        save = bool(stopped_by) or agreed.checkpoint_due > 0 or _every(state.step, recipe.checkpoint_every_steps)
+        alone = self.accelerator.num_processes == 1
+        if agreed.signalled > 0 or (alone and self.signals.received is not None):
+            stopped_by, save = "signal", True
+        elif self.data.valid_loader is not None and (
+            stopped_by or agreed.validation_due > 0 or _every(state.step, recipe.valid_every_steps)
+        ):
+            save |= self._validate()
+            if recipe.early_stopping_patience and state.bad_validations >= recipe.early_stopping_patience:
+                stopped_by, save = stopped_by or "early_stopping", True
+        if save:
+            self._checkpoint()
+        if recipe.history_steps and state.step in recipe.history_steps:
+            self._save_history()
         return stopped_by
 
     def _remove_partial_checkpoint(self) -> None:
@@ -207,27 +222,38 @@ class Run:
                     yield group, remaining == 0  # the caller moves `state` on before we continue
                     group = []
 
-    def _step(self, group: list[dict], clock_flags: list[float]) -> tuple[torch.Tensor, list[bool]]:
-        """One optimizer update on the global batch; its sums (loss, nll, target and source tokens)."""
+    def _step(self, group: list[dict]) -> tuple[StepSums, Agreement]:
+        """One optimizer update on the global batch: its sums, and what the processes agreed on before it."""
+        agreed = self._agree(group)
+        loss, nll = self._forward_backward(group, agreed.target_tokens)
+        self._check_finite(torch.tensor([loss, nll], dtype=torch.float64), self.state.step + 1)
+        self._update(agreed.time_fraction)
+        return StepSums(loss, nll, agreed.target_tokens, agreed.source_tokens), agreed
+
+    def _agree(self, group: list[dict]) -> Agreement:
+        """4b. Count the non-pad tokens of the global batch (all accumulation steps, all processes): on the
+        host, from the collated batches, so that one process never waits for its device here; they travel
+        with the clock's events in the one collective before the forward passes."""
+        accelerator, pad = self.accelerator, self.config.pad_token_id
+        local = Agreement(
+            float(sum(int(target_mask(b["labels"], pad).sum()) for b in group)),
+            float(sum(int(b["attention_mask"].sum()) for b in group)),
+            *self._clock(),
+        )
+        if accelerator.num_processes == 1:
+            return local
+        return Agreement.from_tensor(
+            accelerator.reduce(local.to_tensor().to(accelerator.device), reduction="sum").cpu()
+        )
+
+    def _forward_backward(self, group: list[dict], ntokens: float) -> tuple[float, float]:
+        """4c. Forward and backward each batch: sum of the token losses / global token count (DDP averages
+        gradients over the W processes, hence the factor W); the sums of the token losses and NLLs."""
         accelerator, recipe, config = self.accelerator, self.recipe, self.config
         world, rank = accelerator.num_processes, accelerator.process_index
-        # 4b. Count the non-pad tokens of the global batch (all accumulation steps, all processes): on
-        #     the host, from the collated batches, so that one process never waits for its device here.
-        counts = [
-            sum(int(target_mask(b["labels"], config.pad_token_id).sum()) for b in group),
-            sum(int(b["attention_mask"].sum()) for b in group),
-        ]
-        shared = torch.tensor(counts + list(clock_flags), dtype=torch.float64)
-        if world > 1:  # the one collective before the forward passes
-            shared = accelerator.reduce(shared.to(accelerator.device), reduction="sum").cpu()
         batches = [{k: v.to(accelerator.device, non_blocking=True) for k, v in b.items()} for b in group]
-        ntokens = float(shared[0])
-        flags, time_fraction = [bool(f > 0) for f in shared[2:6].tolist()], float(shared[6])
-        # 4c. Forward and backward each batch: sum of the token losses / global token count.
-        # DDP averages gradients over the W processes, hence the factor W.
         scale = world / max(ntokens, 1.0)
         sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
-        step = self.state.step + 1
         for j, batch in enumerate(batches):
             torch.manual_seed(micro_batch_seed(recipe.seed, self.state.step, j * world + rank))
             sync = accelerator.no_sync(self.model) if j < len(batches) - 1 else nullcontext()
@@ -247,9 +273,12 @@ class Run:
                 )
                 accelerator.backward(out.loss * scale)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
-        sums = sums.cpu()  # the step's one wait for the device: a non-finite loss is refused before the update
-        self._check_finite(sums, step)
-        # 4d. Clip, update, schedule (§5.3), and the cooldown at the end of the run's budget.
+        loss, nll = sums.tolist()  # the step's one wait for the device: a non-finite loss is refused before the update
+        return loss, nll
+
+    def _update(self, time_fraction: float) -> None:
+        """4d. Clip, update, schedule (§5.3), and the cooldown at the end of the run's budget."""
+        accelerator, recipe = self.accelerator, self.recipe
         if recipe.clip_norm:
             accelerator.clip_grad_norm_(self.model.parameters(), recipe.clip_norm)
         factor = cooldown_factor(self._progress(time_fraction), recipe.lr_cooldown)
@@ -261,8 +290,6 @@ class Run:
             self.scheduler.step()
             self.state.scheduler_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
-        step_sums = torch.cat([sums, shared[:2]])
-        return step_sums, flags
 
     def _progress(self, time_fraction: float) -> float:
         """How much of the run's budget is spent before this step: the largest of its fractions of
@@ -291,12 +318,12 @@ class Run:
             "resume from it with a lower lr, a clip_norm, or mixed_precision: no"
         )
 
-    def _clock_flags(self) -> list[float]:
-        """[checkpoint due, validation due, time up] by the main process's clock (0 elsewhere),
-        [signal received] by each process's, and [fraction of max_time spent] by the main process's."""
+    def _clock(self) -> tuple[float, float, float, float, float]:
+        """`Agreement`'s events as this process sees them: checkpoint due, validation due, time up, and the
+        fraction of max_time spent by the main process's clock (0 elsewhere); a signal received by its own."""
         signalled = float(self.signals.received is not None)
         if not self.accelerator.is_main_process:
-            return [0.0, 0.0, 0.0, signalled, 0.0]
+            return 0.0, 0.0, 0.0, signalled, 0.0
         recipe, now = self.recipe, self.elapsed()
         checkpoint = (
             recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
@@ -304,7 +331,7 @@ class Run:
         valid = recipe.valid_every_minutes and now - self.last_valid >= recipe.valid_every_minutes * 60
         time_up = self.max_seconds is not None and now >= self.max_seconds
         time_fraction = now / self.max_seconds if self.max_seconds else 0.0
-        return [float(bool(checkpoint)), float(bool(valid)), float(time_up), signalled, time_fraction]
+        return float(bool(checkpoint)), float(bool(valid)), float(time_up), signalled, time_fraction
 
     def _stop_reason(self, time_up: bool, epoch_done: bool) -> str:
         recipe, state = self.recipe, self.state
@@ -325,11 +352,11 @@ class Run:
 
     # -- logs, validation, checkpoints ------------------------------------------------------------
 
-    def _log_train(self, window: torch.Tensor, seconds: float) -> None:
-        accelerator = self.accelerator
-        local = window[:2].to(accelerator.device)
+    def _log_train(self, window: Window) -> None:
+        accelerator, seconds = self.accelerator, time.monotonic() - window.start
+        local = torch.tensor([window.loss, window.nll], dtype=torch.float64).to(accelerator.device)
         loss, nll = (accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local).tolist()
-        ntokens, src_tokens, steps = window[2:].tolist()
+        ntokens, src_tokens = window.target_tokens, window.source_tokens
         lr = self.lr
         record = {
             "step": self.state.step,
@@ -349,7 +376,7 @@ class Run:
             postfix["time left"] = tqdm.format_interval(max(self.max_seconds - self.elapsed(), 0))
         self.bar.set_postfix(postfix, refresh=False)
 
-    def _evaluate(self, model) -> dict[str, float]:
+    def evaluate(self, model) -> dict[str, float]:
         recipe = self.recipe
         metrics = validation_loss(
             model, self.data.valid_loader, self.accelerator, recipe.label_smoothing, recipe.compile_loss
@@ -369,7 +396,7 @@ class Run:
     def _validate(self) -> bool:
         """Validate; True when the result is the best so far."""
         recipe, state = self.recipe, self.state
-        metrics = self._evaluate(self.accelerator.unwrap_model(self.model))
+        metrics = self.evaluate(self.accelerator.unwrap_model(self.model))
         self.last_valid = self.elapsed()
         value = metrics["valid/bleu" if recipe.best_metric == "bleu" else "valid/loss"]
         better = state.best_metric is None or (
@@ -403,90 +430,9 @@ class Run:
         """The model alone at this step, into `history/` (the recipe's `history_steps`), kept for good."""
         save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output / HISTORY_DIR)
 
-    def average(self, last: int, choose: bool = False) -> tuple[Path, dict[str, float]]:
-        """Average the last checkpoints into `averaged/` (§6.1) and validate the result; with `choose`,
-        only as many of them as give the lowest validation loss."""
-        accelerator = self.accelerator
-        paths = list_checkpoints(self.output)[-last:]
-        if choose and len(paths) > 1 and self.data.valid_loader is not None:
-            paths = self._choose_average(paths)
-        averaged = self.output / "averaged"
-        if accelerator.is_main_process:
-            with whole_write():
-                write_averaged_checkpoint(paths, averaged, overwrite=True)  # the run's own average
-        accelerator.wait_for_everyone()
-        metrics: dict[str, float] = {}
-        if self.data.valid_loader is not None:
-            model = AiaynForConditionalGeneration.from_pretrained(averaged).to(accelerator.device)
-            metrics = {f"averaged/{k}": v for k, v in self._evaluate(model).items()}
-            self.metrics.write({"step": self.state.step, **metrics, "averaged_from": [p.name for p in paths]})
-            accelerator.log(metrics, step=self.state.step)
-            if accelerator.is_main_process:
-                shown = ", ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in metrics.items())
-                what = f"{len(paths)} checkpoints" if len(paths) > 1 else "1 checkpoint (the last)"
-                print(f"average of {what}: validation {shown}", file=sys.stderr, flush=True)
-        return averaged, metrics
-
-    def _choose_average(self, paths: list[Path]) -> list[Path]:
-        """The newest k of `paths` whose mean has the lowest loss on the whole validation split (ties: the
-        larger k, the paper's side); each mean is built in memory, nothing is written."""
-        recipe, accelerator = self.recipe, self.accelerator
-        model = AiaynForConditionalGeneration.from_pretrained(paths[-1]).to(accelerator.device)
-        losses: dict[int, float] = {}
-        for k in range(1, len(paths) + 1):
-            weights = average_checkpoints(paths[-k:])
-            _, unexpected = model.load_state_dict(weights, strict=False)  # tied copies are not saved
-            if unexpected:
-                raise AiaynError(f"average: {paths[-1]} holds tensors the model does not have (e.g. '{unexpected[0]}')")
-            metrics = validation_loss(
-                model, self.data.valid_loader, accelerator, recipe.label_smoothing, recipe.compile_loss
-            )
-            losses[k] = metrics["valid/loss"]
-        best = min(losses, key=lambda k: (round(losses[k], 6), -k))
-        self.metrics.write({"step": self.state.step, "average_choice": best, "average_valid_loss": losses})
-        if accelerator.is_main_process:
-            shown = ", ".join(f"{k}: {loss:.3f}" for k, loss in losses.items())
-            print(
-                f"checkpoints averaged: the last {best} of {len(paths)}, chosen by validation loss ({shown})",
-                file=sys.stderr,
-                flush=True,
-            )
-        return paths[-best:]
-
-    def choose_length_penalty(self, model_dir: Path) -> str | None:
-        """§6.1: the length penalty of the recipe's grid with the best BLEU on the whole validation
-        split, written into `model_dir`'s generation_config.json (the main process decodes); the
-        choice, described (None on the other processes)."""
-        from ..decoding.translator import Translator
-        from ..evaluation.length_penalty import choose_length_penalty, save_length_penalty
-
-        accelerator, described = self.accelerator, None
-        if accelerator.is_main_process:
-            model = AiaynForConditionalGeneration.from_pretrained(model_dir).to(accelerator.device)
-            translator = Translator(model, self.tokenizer, device=accelerator.device, dtype="auto")  # as translate
-            choice = choose_length_penalty(
-                translator,
-                self.data.valid_sources,
-                self.data.valid_references,
-                list(self.recipe.length_penalty_grid),
-                max_tokens=self.recipe.valid_max_tokens or self.recipe.max_tokens,
-            )
-            save_length_penalty(model_dir, choice.alpha)
-            self.metrics.write(
-                {
-                    "step": self.state.step,
-                    "length_penalty": choice.alpha,
-                    "length_penalty_bleu": {f"{a:g}": b for a, b in choice.bleu.items()},
-                    "length_penalty_model": model_dir.name,
-                }
-            )
-            described = f"{model_dir}: {choice.describe()}"
-        accelerator.wait_for_everyone()
-        return described
-
 
 def _every(step: int, interval: int | None) -> bool:
     return bool(interval) and step % interval == 0
 
 
-__all__ = ["Run", "micro_batch_seed"]
+__all__ = ["Agreement", "Run", "StepSums", "Window", "micro_batch_seed"]

@@ -47,6 +47,7 @@ from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from ..precision import PrecisionChoice, choose_precision
 from .checkpoint import list_checkpoints, load_checkpoint, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
+from .finish import average_last_checkpoints, choose_length_penalty
 from .heartbeat import Heartbeat
 from .loop import Run, micro_batch_seed
 from .recipe import TrainRecipe, parse_duration, save_recipe
@@ -270,10 +271,10 @@ def _train(
     # 6. The end: the last checkpoint, the average of the last ones (§6.1), the learning curve.
     averaged, averaged_valid = None, {}
     if recipe.average_last:
-        averaged, averaged_valid = run.average(recipe.average_last, recipe.average_choose)
+        averaged, averaged_valid = average_last_checkpoints(run, recipe.average_last, recipe.average_choose)
     length_penalty = None
     if recipe.length_penalty_grid and data.valid_sources:
-        length_penalty = run.choose_length_penalty(averaged or list_checkpoints(output)[-1])
+        length_penalty = choose_length_penalty(run, averaged or list_checkpoints(output)[-1])
     if main:
         plot_learning_curve(read_metrics(metrics.path), output / "learning_curve.png", title=str(output))
     accelerator.end_training()
