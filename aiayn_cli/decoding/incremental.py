@@ -410,7 +410,8 @@ class IncrementalDecoder:
             encoder_attention_mask=self.source_mask,
             cache=self.state,
             **self.decoder_masks,
-        )["last_hidden_state"]  # (N, 1, d_model)
+            return_dict=False,
+        )[0]  # the last hidden state (N, 1, d_model)
         self.memory = None  # the encoder-decoder keys and values are in the state from now on
         self.state.position += 1
         return self.prepared.lm_head(out[:, 0])  # (N, V)

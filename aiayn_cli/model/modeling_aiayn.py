@@ -32,7 +32,12 @@ from torch import nn
 from transformers import GenerationConfig, GenerationMixin, Pipeline, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 
 from .configuration_aiayn import AiaynConfig
 
@@ -513,7 +518,8 @@ class Decoder(nn.Module):
         output_hidden_states: bool = False,
         head_mask: torch.Tensor | None = None,
         cross_attn_head_mask: torch.Tensor | None = None,
-    ) -> dict:
+        return_dict: bool = True,
+    ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
         """
         Args:
             input_ids (`LongTensor` of shape `(B, T)`): the target shifted right (or the new tokens, with a cache).
@@ -524,6 +530,8 @@ class Decoder(nn.Module):
             cache (`EncoderDecoderCache`, *optional*): the keys and values of earlier steps, updated in place.
             head_mask, cross_attn_head_mask (`(N, h)`, *optional*): multiply each head's output of the masked
                 self-attention, and of the encoder-decoder attention (1 keeps, 0 removes).
+            return_dict: False gives the fields that are not None as a tuple, the last hidden state first
+                (without building the output object: a decoder fed one position at a time calls this per step).
         """
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
@@ -552,12 +560,17 @@ class Decoder(nn.Module):
             self_attentions, cross_attentions = self_attentions + (self_weights,), cross_attentions + (cross_weights,)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return {
-            "last_hidden_state": x,
-            "hidden_states": hidden_states if output_hidden_states else None,
-            "attentions": self_attentions if output_attentions else None,
-            "cross_attentions": cross_attentions if output_attentions else None,
-        }
+        if not return_dict:
+            shown = (hidden_states if output_hidden_states else None,) + (
+                (self_attentions, cross_attentions) if output_attentions else ()
+            )
+            return (x,) + tuple(value for value in shown if value is not None)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=x,
+            hidden_states=hidden_states if output_hidden_states else None,
+            attentions=self_attentions if output_attentions else None,
+            cross_attentions=cross_attentions if output_attentions else None,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -708,11 +721,11 @@ class AiaynModel(AiaynPreTrainedModel):
             cross_attn_head_mask=cross_attn_head_mask,
         )
         output = Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs["last_hidden_state"],
+            last_hidden_state=decoder_outputs.last_hidden_state,
             **{CACHE_FIELD: cache if use_cache else None},
-            decoder_hidden_states=decoder_outputs["hidden_states"],
-            decoder_attentions=decoder_outputs["attentions"],
-            cross_attentions=decoder_outputs["cross_attentions"],
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
