@@ -95,8 +95,9 @@ def _computed_tokens(recipe, steps: int) -> int:
     from the same seeded sampler, epoch after epoch)."""
     from transformers import AutoTokenizer
 
-    from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split
+    from aiayn_cli.data.batching import TokenBatchSampler
     from aiayn_cli.data.corpus import load_split
+    from aiayn_cli.data.tokenization import tokenize_split
 
     tokenizer = AutoTokenizer.from_pretrained(recipe.tokenizer)
     data = tokenize_split(load_split(recipe.data, recipe.train_split), tokenizer, max_length=recipe.max_length)
@@ -118,8 +119,10 @@ def _mean_batch_sentences(args) -> int:
     """Sentences per batch of our sampler on the training split (the reference's batch size)."""
     from transformers import AutoTokenizer
 
-    from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split
-    from aiayn_cli.data.corpus import DataSpec, load_split
+    from aiayn_cli.data.batching import TokenBatchSampler
+    from aiayn_cli.data.corpus import load_split
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.data.tokenization import tokenize_split
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     train = tokenize_split(
@@ -143,8 +146,9 @@ def run_reference(args) -> dict:
         TrainerCallback,
     )
 
-    from aiayn_cli.data.batching import tokenize_split
-    from aiayn_cli.data.corpus import DataSpec, load_split
+    from aiayn_cli.data.corpus import load_split
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.data.tokenization import tokenize_split
     from aiayn_cli.model.configuration_aiayn import PRESETS
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -382,7 +386,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.tokenizer is None:
-            from aiayn_cli.data.corpus import DataSpec
+            from aiayn_cli.data.spec import DataSpec
             from aiayn_cli.data.tokenization import train_tokenizer
 
             args.tokenizer = Path(tmp) / "bpe8k"

@@ -57,7 +57,10 @@ for line in sys.stdin:
 
 TOKENIZER = r"""
 import sys
-from aiayn_cli.data.corpus import DataSpec
+try:  # where DataSpec lives depends on the revision
+    from aiayn_cli.data.spec import DataSpec
+except ImportError:
+    from aiayn_cli.data.corpus import DataSpec
 from aiayn_cli.data.tokenization import train_tokenizer
 
 train_tokenizer(DataSpec(data_dir=sys.argv[1], source_lang="en", target_lang="de"), vocab_size=4000,

@@ -295,8 +295,9 @@ def run_hf(args) -> dict:
         TrainerCallback,
     )
 
-    from aiayn_cli.data.batching import tokenize_split
-    from aiayn_cli.data.corpus import DataSpec, load_split
+    from aiayn_cli.data.corpus import load_split
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.data.tokenization import tokenize_split
     from aiayn_cli.model.configuration_aiayn import PRESETS
 
     tokenizer = AutoTokenizer.from_pretrained(args.work / "corpus" / "tokenizer")
@@ -412,8 +413,10 @@ def mean_batch_sentences(args) -> int:
     """Sentences per batch of our sampler on this data (the HF side's batch size)."""
     from transformers import AutoTokenizer
 
-    from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split
-    from aiayn_cli.data.corpus import DataSpec, load_split
+    from aiayn_cli.data.batching import TokenBatchSampler
+    from aiayn_cli.data.corpus import load_split
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.data.tokenization import tokenize_split
 
     tokenizer = AutoTokenizer.from_pretrained(args.work / "corpus" / "tokenizer")
     spec = DataSpec(data_dir=str(args.work / "corpus"), source_lang="en", target_lang="de")

@@ -83,7 +83,7 @@ atexit.register(shutil.rmtree, _scratch, True)
 @functools.cache
 def multi30k_bpe(multi30k_dir: Path):
     """The 10,000-token joint BPE of Multi30k train (en + de), trained once per test process."""
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer
 
     spec = DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de")
@@ -93,8 +93,9 @@ def multi30k_bpe(multi30k_dir: Path):
 @functools.cache
 def multi30k_train_tokenized(multi30k_dir: Path):
     """Multi30k train (en-de), tokenized with `multi30k_bpe`, cached in a scratch folder."""
-    from aiayn_cli.data.batching import tokenize_split
-    from aiayn_cli.data.corpus import DataSpec, load_split
+    from aiayn_cli.data.corpus import load_split
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.data.tokenization import tokenize_split
 
     train = load_split(DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de"), "train")
     return tokenize_split(train, multi30k_bpe(multi30k_dir), cache_dir=_scratch / "tokenized")

@@ -16,9 +16,10 @@ from corpora import bpe_multi30k, make_pairs, tokenized_multi30k, write_text_spl
 
 import aiayn_cli.data.batching as batching
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
-from aiayn_cli.data.batching import Seq2SeqCollator, TokenBatchSampler, collate, token_batch_loader, tokenize_split
-from aiayn_cli.data.corpus import DataSpec, load_split
-from aiayn_cli.data.tokenization import train_tokenizer
+from aiayn_cli.data.batching import Seq2SeqCollator, TokenBatchSampler, collate, token_batch_loader
+from aiayn_cli.data.corpus import load_split
+from aiayn_cli.data.spec import DataSpec
+from aiayn_cli.data.tokenization import tokenize_split, train_tokenizer
 from aiayn_cli.errors import AiaynError
 
 

@@ -34,7 +34,7 @@ def test_console_script():
 
 
 def test_library_errors_name_keys_and_the_cli_names_flags(tmp_path, monkeypatch, capsys):
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.errors import AiaynError
 
     with pytest.raises(AiaynError) as error:

@@ -10,7 +10,8 @@ import pytest
 from conftest import run_cli
 from corpora import invoke, make_pairs, write_jsonl, write_lines, write_text_split, write_tsv
 
-from aiayn_cli.data.corpus import DataSpec, load_split
+from aiayn_cli.data.corpus import load_split
+from aiayn_cli.data.spec import DataSpec
 from aiayn_cli.errors import AiaynError
 
 

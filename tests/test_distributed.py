@@ -66,9 +66,10 @@ VALID_LOSS_TOLERANCE = {"no": {"abs": 1e-4}, "bf16": {"rel": 2.0**-8}}
 @pytest.mark.skipif(LAUNCHER is None, reason="the accelerate launcher is not installed")
 @pytest.mark.parametrize("precision", ["no", "bf16"], ids=["fp32", "bf16"])
 def test_two_processes_equal_one_with_update_freq_2(tmp_path, precision):
-    from aiayn_cli.data.batching import TokenBatchSampler, tokenize_split
-    from aiayn_cli.data.corpus import DataSpec, load_split
-    from aiayn_cli.data.tokenization import train_tokenizer
+    from aiayn_cli.data.batching import TokenBatchSampler
+    from aiayn_cli.data.corpus import load_split
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.data.tokenization import tokenize_split, train_tokenizer
 
     data = write_dictionary_task(tmp_path / "data", n_train=600, n_valid=16)
     tokenizer = train_tokenizer(

@@ -32,7 +32,7 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engines(model_dir, cache):
     torch_engine = Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")
-    from aiayn_cli.decoding.translator import load_pretrained
+    from aiayn_cli.model.loading import load_pretrained
 
     model, tokenizer = load_pretrained(str(model_dir))
     ct2 = CTranslate2Translator(model, tokenizer, device="cpu", dtype="fp32", cache=cache)
@@ -89,7 +89,7 @@ def test_the_gnmt_penalty_in_beam_search_is_refused_in_one_line(engines):
 
 
 def test_a_second_load_does_not_convert_and_other_weights_do(model_dir, cache, engines, tmp_path):
-    from aiayn_cli.decoding.translator import load_pretrained
+    from aiayn_cli.model.loading import load_pretrained
 
     _, first = engines
     model, tokenizer = load_pretrained(str(model_dir))

@@ -597,7 +597,7 @@ def test_split_mode_bad_inputs(tmp_path, monkeypatch, capsys):
 
 
 def test_inputs_for_scoring_are_a_library_call(tmp_path):
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.evaluation.inputs import inputs_from_files, inputs_from_split
 
     (tmp_path / "test.en").write_text("a cat\na dog\n", encoding="utf-8")

@@ -9,7 +9,8 @@ import pytest
 from conftest import REPO_ROOT, cli_here
 from corpora import make_pairs, write_hub_layout
 
-from aiayn_cli.data.corpus import DataSpec, describe_source, load_split
+from aiayn_cli.data.corpus import describe_source, load_split
+from aiayn_cli.data.spec import DataSpec
 from aiayn_cli.training.recipe import load_recipe
 
 MULTI30K_RECIPE = REPO_ROOT / "recipes" / "multi30k_en_de.yaml"

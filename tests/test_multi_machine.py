@@ -32,7 +32,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer
 
     root = tmp_path_factory.mktemp("machines")

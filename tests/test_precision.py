@@ -107,7 +107,7 @@ def test_the_accelerator_gets_the_choice(monkeypatch, tmp_path):
 def test_train_prints_and_records_its_precision(tmp_path):
     from test_training import train_args, write_dictionary_task
 
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer
 
     data = write_dictionary_task(tmp_path / "data", n_train=200, n_valid=8)
@@ -153,7 +153,7 @@ def test_a_run_in_fp32_takes_the_recipes_when_fp32_keys(tmp_path, monkeypatch, c
     from test_training import write_dictionary_task
 
     from aiayn_cli.cli import main
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer
 
     data = write_dictionary_task(tmp_path / "data", n_train=120, n_valid=8)

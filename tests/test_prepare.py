@@ -16,10 +16,10 @@ from safetensors.torch import load_file
 from aiayn_cli.data import corpus as corpus_module
 from aiayn_cli.data import lines as lines_module
 from aiayn_cli.data import prepare as prepare_module
-from aiayn_cli.data.batching import tokenize_split
-from aiayn_cli.data.corpus import DataSpec, load_split
+from aiayn_cli.data.corpus import load_split
 from aiayn_cli.data.prepare import prepare_split
-from aiayn_cli.data.tokenization import train_tokenizer
+from aiayn_cli.data.spec import DataSpec
+from aiayn_cli.data.tokenization import tokenize_split, train_tokenizer
 from aiayn_cli.errors import AiaynError
 
 

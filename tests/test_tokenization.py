@@ -8,7 +8,8 @@ import pytest
 from corpora import bpe_multi30k, invoke, make_pairs, write_text_split  # noqa: F401  (fixtures)
 from transformers import AutoTokenizer
 
-from aiayn_cli.data.corpus import DataSpec, load_split
+from aiayn_cli.data.corpus import load_split
+from aiayn_cli.data.spec import DataSpec
 from aiayn_cli.data.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, train_tokenizer
 from aiayn_cli.errors import AiaynError
 

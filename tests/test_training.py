@@ -41,7 +41,7 @@ def write_dictionary_task(folder: Path, n_train: int = 2000, n_valid: int = 64, 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     """Generated data, its tokenizer, and a datasets cache of its own."""
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer
 
     root = tmp_path_factory.mktemp("task")
@@ -322,7 +322,7 @@ def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
 
 @pytest.mark.slow
 def test_resume_of_a_finished_run_and_with_another_tokenizer(task, tmp_path, uninterrupted):
-    from aiayn_cli.data.corpus import DataSpec
+    from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer
 
     out = task["root"] / "uninterrupted"

@@ -34,7 +34,7 @@ import typer
 from ..errors import AiaynError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..data.corpus import DataSpec
+    from ..data.spec import DataSpec
 
 # ---------------------------------------------------------------------------------------------
 # The model, outputs, device and precision
@@ -429,7 +429,7 @@ def data_spec(
     dedup: bool = False,
 ) -> DataSpec:
     """The `DataSpec` for the data options of a command, checked (raises `AiaynError`)."""
-    from ..data.corpus import DataSpec
+    from ..data.spec import DataSpec
 
     spec = DataSpec(
         dataset=dataset,

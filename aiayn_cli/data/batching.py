@@ -2,11 +2,9 @@
 
 "Sentence pairs were batched together by approximate sequence length. Each training batch
 contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target
-tokens." Three pieces do this:
+tokens." Two pieces do this, over the splits `tokenization.tokenize_split` gives (`input_ids`, `labels`,
+`src_len`, `tgt_len`):
 
-- `tokenize_split`: `datasets.map(batched=True, num_proc=...)` over a `source`/`target` dataset,
-  giving `input_ids`, `labels` (both ending in `</s>`), `src_len` and `tgt_len`, written to an
-  Arrow cache file keyed on the dataset's fingerprint and the tokenizer, and reused on a second run.
 - `TokenBatchSampler`: batches of sentences of similar length that hold at most `max_tokens`
   tokens on each side, padding included: a batch of n pairs satisfies
   `n * max(src_len) <= max_tokens` and `n * max(tgt_len) <= max_tokens` (together:
@@ -39,152 +37,16 @@ batch to the device:
 
 from __future__ import annotations
 
-import itertools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import datasets
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
-import xxhash
-from tokenizers import Tokenizer, models
 from torch.utils.data import DataLoader, Sampler
 from tqdm.auto import tqdm
 
 from ..errors import AiaynError
-
-_TOKENIZE_VERSION = "1"
-
-TOKENIZED_FEATURES = datasets.Features(
-    {
-        "input_ids": datasets.List(datasets.Value("int32")),
-        "labels": datasets.List(datasets.Value("int32")),
-        "src_len": datasets.Value("int32"),
-        "tgt_len": datasets.Value("int32"),
-    }
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenization, cached
-# ---------------------------------------------------------------------------------------------
-
-
-def default_cache_dir() -> Path:
-    """Where tokenized splits are cached by default: under the `datasets` cache."""
-    return Path(datasets.config.HF_DATASETS_CACHE) / "aiayn" / "tokenized"
-
-
-def tokenize_split(
-    dataset: datasets.Dataset,
-    tokenizer,
-    max_length: int | None = None,
-    num_proc: int | None = None,
-    cache_dir: str | Path | None = None,
-) -> datasets.Dataset:
-    """Tokenize a `source`/`target` dataset into `input_ids`, `labels`, `src_len`, `tgt_len`.
-
-    Args:
-        dataset: the output of `load_split` (or any dataset with string columns `source`, `target`).
-        tokenizer: the tokenizer of `train_tokenizer` (a `transformers` fast tokenizer whose
-            post-processor appends `</s>`), or a `tokenizers.Tokenizer`.
-        max_length: drop pairs with a side longer than this many tokens, `</s>` included. The number
-            dropped is attached as `result.num_too_long` (0 without `max_length`).
-        num_proc: processes for `datasets.map`.
-        cache_dir: folder of the Arrow cache files (default: `default_cache_dir()`). The file is
-            named after the dataset's fingerprint, the tokenizer and `max_length`, so that the same
-            call on the same data loads it instead of tokenizing again; `result.cache_files` names it.
-    """
-    missing = {"source", "target"} - set(dataset.column_names)
-    if missing:
-        raise AiaynError(
-            f"cannot tokenize: the dataset has no column {', '.join(sorted(missing))} "
-            f"(columns: {', '.join(dataset.column_names)})"
-        )
-    if max_length is not None and max_length < 2:
-        raise AiaynError(f"must be at least 2 tokens (one and </s>), got {max_length}", key="max_length")
-    backend = _with_large_cache(getattr(tokenizer, "backend_tokenizer", tokenizer))
-    key = xxhash.xxh3_128_hexdigest(
-        "|".join([_TOKENIZE_VERSION, dataset._fingerprint, backend.to_str(), str(max_length)]).encode()
-    )
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    # Arrow in, Arrow out: a third faster than Python lists on Multi30k.
-    tokenized = (
-        dataset.select_columns(["source", "target"])
-        .with_format("arrow")
-        .map(
-            _encode_pairs,
-            batched=True,
-            batch_size=1000,
-            num_proc=num_proc,
-            remove_columns=["source", "target"],
-            features=TOKENIZED_FEATURES,
-            fn_kwargs={"tokenizer": backend, "max_length": max_length},
-            cache_file_name=str(cache_dir / f"tokenized-{key}.arrow"),
-            new_fingerprint=key,
-            desc="Tokenizing",
-        )
-        .with_format(None)
-    )
-    tokenized.num_too_long = len(dataset) - len(tokenized)
-    return tokenized
-
-
-def _with_large_cache(tokenizer: Tokenizer, words: int = 1 << 18) -> Tokenizer:
-    """A copy of a BPE tokenizer that remembers the merges of up to `words` words (the default, 10,000,
-    is too few for a corpus' vocabulary: a third faster on Multi30k). Other models are returned as they are."""
-    state = json.loads(tokenizer.to_str())
-    model = state["model"]
-    if model.get("type") != "BPE" or model.get("dropout"):
-        return tokenizer
-    copy = Tokenizer.from_str(tokenizer.to_str())
-    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    options = (
-        "unk_token",
-        "continuing_subword_prefix",
-        "end_of_word_suffix",
-        "fuse_unk",
-        "byte_fallback",
-        "ignore_merges",
-    )
-    copy.model = models.BPE(
-        vocab=model["vocab"],
-        merges=merges,
-        cache_capacity=words,
-        **{name: model[name] for name in options if model.get(name) is not None},
-    )
-    return copy
-
-
-def _encode_pairs(batch: pa.Table, tokenizer: Tokenizer, max_length: int | None) -> pa.Table:
-    columns = {}
-    for ids_name, length_name, text_name in (("input_ids", "src_len", "source"), ("labels", "tgt_len", "target")):
-        ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(batch.column(text_name).to_pylist())]
-        columns[ids_name], columns[length_name] = _list_array(ids)
-    table = pa.table(columns)
-    if max_length is not None:
-        fits = pc.and_(pc.less_equal(table["src_len"], max_length), pc.less_equal(table["tgt_len"], max_length))
-        table = table.filter(fits)
-    return table
-
-
-def _list_array(rows: list[list[int]]) -> tuple[pa.ListArray, pa.Int32Array]:
-    """`rows` as an Arrow list<int32> array, and their lengths, without a Python-level loop per id."""
-    lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
-    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(offsets[-1]))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)), pa.array(lengths)
-
-
-# ---------------------------------------------------------------------------------------------
-# Batches of about max_tokens tokens, grouped by length
-# ---------------------------------------------------------------------------------------------
 
 
 class TokenBatchSampler(Sampler[list[int]]):
@@ -448,10 +310,7 @@ def token_batch_loader(
 
 __all__ = [
     "Seq2SeqCollator",
-    "TOKENIZED_FEATURES",
     "TokenBatchSampler",
     "collate",
-    "default_cache_dir",
     "token_batch_loader",
-    "tokenize_split",
 ]

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ..errors import AiaynError
 
 if TYPE_CHECKING:
-    from .corpus import DataSpec, PairStream
+    from .spec import DataSpec, PairStream
 
 
 @dataclass

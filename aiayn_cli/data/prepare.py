@@ -34,7 +34,6 @@ import xxhash
 
 from ..errors import AiaynError
 from ..files import atomic_open, node_kind, staging_dir
-from .batching import tokenize_split
 from .corpus import (
     CleaningReport,
     DataSpec,
@@ -45,6 +44,7 @@ from .corpus import (
     new_report,
     open_pairs,
 )
+from .tokenization import tokenize_split
 
 _PREPARED_VERSION = "1"
 MANIFEST = "prepared.json"

@@ -32,4 +32,10 @@ def check_tokenizer(
         raise AiaynError(f"{where} has no end-of-sentence token </s>: {advice}")
 
 
-__all__ = ["SPECIAL_IDS", "SPECIAL_TOKENS", "check_tokenizer"]
+def model_vocabulary(config) -> dict:
+    """`check_tokenizer`'s `vocab_size` and `special_ids` as a model's config (an `AiaynConfig`) states them."""
+    ids = {name: getattr(config, f"{name}_token_id") for name in ("pad", "eos", "bos")}
+    return {"vocab_size": config.vocab_size, "special_ids": ids}
+
+
+__all__ = ["SPECIAL_IDS", "SPECIAL_TOKENS", "check_tokenizer", "model_vocabulary"]

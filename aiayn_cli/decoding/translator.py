@@ -19,20 +19,18 @@ the keyword options of `translate` override them. Warnings go to the `aiayn_cli.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
-from pathlib import Path
 
 import torch
 
 from ..data.lines import decode_lines
-from ..data.vocabulary import check_tokenizer as check_token_ids
-from ..errors import AiaynError, first_line
-from ..hub.lookup import check_hub_model, check_local
+from ..data.vocabulary import check_tokenizer, model_vocabulary
+from ..errors import AiaynError
+from ..model.loading import load_pretrained
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from ..precision import inference_dtype
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
@@ -79,126 +77,6 @@ def pick_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cp
     return DTYPES[dtype]
 
 
-def check_tokenizer(model, tokenizer, where: str = "the tokenizer") -> None:
-    """Raise `AiaynError` where the tokenizer's vocabulary or special ids are not the model's."""
-    config = model.config
-    ids = {name: getattr(config, f"{name}_token_id") for name in ("pad", "eos", "bos")}
-    check_token_ids(tokenizer, vocab_size=config.vocab_size, special_ids=ids, where=where)
-
-
-def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str | None = None):
-    """The model and tokenizer of a folder or Hub id (`AutoModelForSeq2SeqLM`, `AutoTokenizer`), checked
-    whole, or an `AiaynError` line naming what is wrong (`key`: the option that named the model):
-
-    - a local path that is not a folder; pickled weights (`pytorch_model.bin`), which are never loaded
-      (unpickling can run code): safetensors only;
-    - a damaged model.safetensors; a config.json whose sizes are not those of the weights; weights the
-      config expects but the file lacks, or weights it holds that the config does not use;
-    - a weight that holds NaN or infinity;
-    - a generation_config.json that cannot be read or decoded with; a tokenizer that cannot be loaded.
-    """
-    import transformers
-    from safetensors import SafetensorError
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
-
-    check_hub_model(str(path_or_hub_id), revision, key=key)
-    where = str(path_or_hub_id)
-    folder = Path(where).expanduser()
-    _refuse_pickled_weights(folder, key)
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # its report of mismatched weights: the line below says it
-    try:
-        model, info = AutoModelForSeq2SeqLM.from_pretrained(
-            where, revision=revision, output_loading_info=True, use_safetensors=True
-        )
-    except SafetensorError as err:
-        raise AiaynError(
-            f"{where}: its model.safetensors is damaged or truncated ({first_line(err)})", key=key
-        ) from None
-    except RuntimeError as err:
-        if "mismatch" not in str(err):
-            raise
-        raise AiaynError(
-            f"{where}: config.json does not match model.safetensors (weights of other sizes); "
-            "the config saved with the weights belongs beside them",
-            key=key,
-        ) from None
-    except (OSError, ValueError, KeyError) as err:
-        raise AiaynError(f"{where}: cannot load a model ({first_line(err)})", key=key) from None
-    finally:
-        transformers.logging.set_verbosity(verbosity)
-    _check_weights(model, info, where, key)
-    if (folder / "generation_config.json").is_file():
-        try:
-            GenerationConfig.from_pretrained(folder)
-        except (OSError, ValueError) as err:
-            raise AiaynError(f"{folder / 'generation_config.json'}: cannot be read ({first_line(err)})") from None
-        try:
-            DecodingOptions.from_generation_config(model.generation_config).validate()
-        except AiaynError as err:
-            raise AiaynError(f"{folder / 'generation_config.json'}: {err.key or 'a value'} {err.message}") from None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(where, revision=revision)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise AiaynError(
-            f"{_broken_json(folder) or where}: cannot load its tokenizer ({first_line(err)})", key=key
-        ) from None
-    return model, tokenizer
-
-
-PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
-
-
-def _refuse_pickled_weights(folder: Path, key: str | None) -> None:
-    """A local folder whose weights are only pickled: one line (they are never unpickled)."""
-    if not folder.is_dir() or any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").exists():
-        return
-    pickled = [name for name in PICKLED_WEIGHTS if (folder / name).exists()]
-    if pickled:
-        raise AiaynError(
-            f"{folder}: its weights are pickled ({pickled[0]}), and pickles are not loaded (loading one can run "
-            "code); convert them to model.safetensors (safetensors' convert script, or save_pretrained)",
-            key=key,
-        )
-
-
-def _check_weights(model, info: dict, where: str, key: str | None) -> None:
-    """Every weight the config asks for is in the file, every weight in the file is used, all finite."""
-    if info.get("missing_keys"):
-        missing = sorted(info["missing_keys"])
-        raise AiaynError(
-            f"{where}: model.safetensors lacks {len(missing)} weight(s) that config.json asks for (e.g. {missing[0]})",
-            key=key,
-        )
-    if info.get("unexpected_keys"):
-        unused = sorted(info["unexpected_keys"])
-        raise AiaynError(
-            f"{where}: model.safetensors holds {len(unused)} weight(s) that config.json does not use (e.g. "
-            f"{unused[0]}); the config saved with the weights belongs beside them",
-            key=key,
-        )
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise AiaynError(
-                f"{where}: the weight {name} holds {bad} NaN or infinite value(s) of {tensor.numel()}; the model "
-                "cannot translate (a diverged run? use an earlier checkpoint)",
-                key=key,
-            )
-
-
-def _broken_json(folder: Path) -> Path | None:
-    """The first of a model folder's tokenizer files that is not valid JSON, if any."""
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        path = folder / name
-        try:
-            if path.is_file():
-                json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
-            return path
-    return None
-
-
 class Translator:
     """A model and its tokenizer on one device, ready to translate.
 
@@ -223,7 +101,7 @@ class Translator:
             raise AiaynError(
                 f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
             )
-        check_tokenizer(model, tokenizer)
+        check_tokenizer(tokenizer, where="the tokenizer", **model_vocabulary(model.config))
         self.model, self.tokenizer = model, tokenizer
         # Decoding options that replace the generation_config's for every call (a server's defaults).
         self.defaults: dict = {}
@@ -505,10 +383,7 @@ def _progress_bar(total: int, enabled: bool):
 
 __all__ = [
     "Translator",
-    "check_local",
-    "check_tokenizer",
     "decode_lines",
-    "load_pretrained",
     "make_batches",
     "pick_device",
     "pick_dtype",

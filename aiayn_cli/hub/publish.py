@@ -81,7 +81,7 @@ def load_for_staging(model_dir: Path):
         raise AiaynError(f"{model_dir}: not a model folder (no config.json)")
     if not any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise AiaynError(f"{model_dir}: no tokenizer files (tokenizer.json); save the tokenizer beside the model")
-    from ..decoding.translator import load_pretrained
+    from ..model.loading import load_pretrained
 
     model, tokenizer = load_pretrained(str(model_dir))
     if not isinstance(model, AiaynForConditionalGeneration):

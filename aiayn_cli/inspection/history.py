@@ -150,21 +150,14 @@ def _read_aligned(align_path: Path, langs: tuple[str, str] | None, size: int | N
 
 def _validation(run: str | Path) -> dict[str, list]:
     """The run's own validation BLEU by step (metrics.jsonl), to draw beside the AER."""
-    import json
-
+    from ..training.curves import read_metrics
     from ..training.run_folder import METRICS_FILE
 
-    path = Path(run) / METRICS_FILE
     steps, bleu = [], []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "valid/bleu" in record:
-                steps.append(record["step"])
-                bleu.append(record["valid/bleu"])
+    for record in read_metrics(Path(run) / METRICS_FILE):
+        if "valid/bleu" in record:
+            steps.append(record["step"])
+            bleu.append(record["valid/bleu"])
     return {"steps": steps, "bleu": bleu}
 
 
@@ -174,7 +167,7 @@ def run_alignment_data(run: str | Path, split: str) -> tuple[Path | None, tuple[
     import yaml
 
     from .. import yaml_text
-    from ..data.corpus import DataSpec
+    from ..data.spec import DataSpec
     from ..training.run_folder import RECIPE_FILE
     from .layers import alignment_file
 
@@ -299,7 +292,7 @@ def history_report(
 ) -> tuple[list[Path], str]:
     """`aiayn attention --checkpoints RUN`: the files written into `output` (none without it) and the
     text for standard output (the AER table and what to notice)."""
-    from ..data.corpus import DataSpec
+    from ..data.spec import DataSpec
     from .layers import alignment_file
 
     if len(sentences or []) > 1 or len(references or []) > 1:

@@ -45,7 +45,8 @@ def run_quickstart(
 
     `recipe_overrides`: recipe keys set on top of the quickstart's (as `aiayn train --set` does), e.g.
     a budget in steps instead of minutes: `{"max_time": None, "max_steps": 400}`."""
-    from ..data.corpus import DataSpec, load_split
+    from ..data.corpus import load_split
+    from ..data.spec import DataSpec
     from ..data.tokenization import train_tokenizer
     from ..decoding.translator import Translator
     from ..evaluation.scoring import score

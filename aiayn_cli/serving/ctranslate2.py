@@ -96,12 +96,13 @@ def is_export_file(path: Path) -> bool:
 
 
 def load(model_dir: str):
-    from ..decoding.translator import check_tokenizer, load_pretrained
+    from ..data.vocabulary import check_tokenizer, model_vocabulary
+    from ..model.loading import load_pretrained
 
     model, tokenizer = load_pretrained(model_dir)
     if not isinstance(model, AiaynForConditionalGeneration):
         raise AiaynError(f"{model_dir}: not an aiayn model ({type(model).__name__})")
-    check_tokenizer(model, tokenizer, where=f"{model_dir}: the tokenizer")
+    check_tokenizer(tokenizer, where=f"{model_dir}: the tokenizer", **model_vocabulary(model.config))
     return model.float().eval(), tokenizer
 
 

@@ -11,7 +11,8 @@ from ..files import atomic_open
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a `metrics.jsonl` file (a torn last line, from a kill, is skipped)."""
+    """The records of a `metrics.jsonl` file (a torn last line, from a kill, is skipped): the one reader of
+    that file (the learning curve, a resumed run's log, `aiayn history`)."""
     records = []
     path = Path(path)
     if not path.is_file():

@@ -33,7 +33,7 @@ import yaml
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from .. import yaml_text
-from ..data.corpus import DataSpec
+from ..data.spec import DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
 from ..model.configuration_aiayn import LIBRARY_FIELDS, PRESETS, TOKEN_ID_FIELDS, AiaynConfig

@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import AiaynError
 from ..files import atomic_write, node_kind
 from .checkpoint import latest_checkpoint, read_trainer_state
+from .curves import read_metrics
 from .recipe import TrainRecipe, load_recipe, recipe_differences
 from .training_state import check_no_pickles
 
@@ -229,14 +230,8 @@ class MetricsLog:
         if resume_step is None:
             self.path.unlink(missing_ok=True)
         elif self.path.is_file():
-            kept = []
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    if json.loads(line).get("step", 0) <= resume_step:
-                        kept.append(line)
-                except json.JSONDecodeError:
-                    continue  # a line torn by a kill
-            atomic_write(self.path, "".join(line + "\n" for line in kept))
+            kept = [record for record in read_metrics(self.path) if record.get("step", 0) <= resume_step]
+            atomic_write(self.path, "".join(json.dumps(record) + "\n" for record in kept))
 
     def write(self, record: dict[str, Any]) -> None:
         if self.enabled:

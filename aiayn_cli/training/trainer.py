@@ -38,9 +38,10 @@ import xxhash
 from torch.utils.data import DataLoader
 
 from .. import allocator
-from ..data.batching import Seq2SeqCollator, TokenBatchSampler, tokenize_split
+from ..data.batching import Seq2SeqCollator, TokenBatchSampler
 from ..data.corpus import load_split
 from ..data.prepare import prepare_split
+from ..data.tokenization import tokenize_split
 from ..data.vocabulary import SPECIAL_IDS, check_tokenizer
 from ..errors import AiaynError, Interrupted, LostProcess, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
@@ -420,7 +421,7 @@ def load_tokenizer(path: str):
     """The tokenizer of `aiayn train-tokenizer` (a folder, or a Hub id)."""
     from transformers import AutoTokenizer
 
-    from ..decoding.translator import check_local
+    from ..hub.lookup import check_local
 
     check_local(path, key=None, what="tokenizer")  # a missing folder is not a Hub id to look up
     try:
