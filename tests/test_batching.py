@@ -1,4 +1,4 @@
-"""aiayn_cli.data.batching: cached tokenization, token-count batches, collation, accelerate."""
+"""aiayn_cli.data.batching (and tokenization.tokenize_split): cached tokenization, token-count batches, collation, accelerate."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from conftest import REPO_ROOT, cli_env
 from corpora import bpe_multi30k, make_pairs, tokenized_multi30k, write_text_split  # noqa: F401  (fixtures)
 
-import aiayn_cli.data.batching as batching
+import aiayn_cli.data.tokenization as tokenization
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.data.batching import Seq2SeqCollator, TokenBatchSampler, collate, token_batch_loader
 from aiayn_cli.data.corpus import load_split
@@ -62,7 +62,7 @@ def test_second_run_reuses_the_cache(tokenized_multi30k, bpe_multi30k, multi30k_
     def must_not_run(*args, **kwargs):
         raise AssertionError("tokenized again instead of loading the cache")
 
-    monkeypatch.setattr(batching, "_encode_pairs", must_not_run)
+    monkeypatch.setattr(tokenization, "_encode_pairs", must_not_run)
     train = load_split(DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de"), "train")
     cache_dir = tokenized_multi30k.cache_files[0]["filename"].rsplit("/", 1)[0]
     again = tokenize_split(train, bpe_multi30k, cache_dir=cache_dir)
