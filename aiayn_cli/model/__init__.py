@@ -3,7 +3,8 @@
 `configuration_aiayn.py` and `modeling_aiayn.py` are all of the model's maths; they import each
 other only, relatively, because a saved folder carries copies of both and loads them with
 `trust_remote_code=True` where this package is not installed. Importing this package registers the
-model with `AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM`.
+model with `AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM`. `loading.py` (`load_pretrained`) is the
+project's one loader of a saved model, with its checks; it is not part of the remote code.
 """
 
 from .configuration_aiayn import PRESETS, AiaynConfig
