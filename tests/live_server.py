@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import cli_env
+from helpers import cli_env
 
 
 def random_sentences(n: int, seed: int = 0, vocab_size: int = 72) -> list[str]:

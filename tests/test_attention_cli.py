@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 from attention_models import REFERENCES, SENTENCES, subword_model_dir
-from conftest import cli_here
+from helpers import cli_here
 
 
 @pytest.fixture(scope="module")

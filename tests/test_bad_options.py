@@ -12,7 +12,7 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO_ROOT, cli_env, cli_here, save_tiny_model
+from helpers import REPO_ROOT, cli_env, cli_here, save_tiny_model
 
 
 def one_line(code: int, out: str, err: str) -> str:

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 import torch
-from conftest import REPO_ROOT, cli_env
 from corpora import bpe_multi30k, make_pairs, tokenized_multi30k, write_text_split  # noqa: F401  (fixtures)
+from helpers import REPO_ROOT, cli_env
 
 import aiayn_cli.data.tokenization as tokenization
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration

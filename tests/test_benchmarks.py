@@ -13,8 +13,8 @@ import re
 import sys
 
 import pytest
-from conftest import REPO_ROOT, cli_env
 from corpora import make_pairs, write_text_split
+from helpers import REPO_ROOT, cli_env
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 
@@ -162,7 +162,7 @@ def test_bench_serve_runs_both_servers(tmp_path):
 
 @pytest.mark.slow
 def test_bench_export_and_bench_model_run(corpus, tmp_path):
-    from conftest import save_tiny_model
+    from helpers import save_tiny_model
 
     model = save_tiny_model(tmp_path / "model")
     stdout = _run(

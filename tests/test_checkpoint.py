@@ -178,7 +178,7 @@ def test_a_truncated_optimizer_state_is_named(tmp_path):
 
 
 def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
-    from conftest import cli_here
+    from helpers import cli_here
 
     run = tmp_path / "run"
     for step, seed in ((10, 1), (20, 2), (30, 3)):

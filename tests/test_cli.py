@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from conftest import cli_here, run_cli
+from helpers import cli_here, run_cli
 
 from aiayn_cli import __version__
 
@@ -54,7 +54,7 @@ def test_version_and_help_load_neither_torch_nor_transformers(flag):
     import subprocess
     import sys
 
-    from conftest import cli_env
+    from helpers import cli_env
 
     script = (
         "import sys\n"

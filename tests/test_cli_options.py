@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import cli_here
+from helpers import cli_here
 
 from aiayn_cli.cli.app import app
 from aiayn_cli.cli.command import RENAMED

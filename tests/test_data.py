@@ -7,8 +7,8 @@ import re
 
 import datasets
 import pytest
-from conftest import run_cli
 from corpora import invoke, make_pairs, write_jsonl, write_lines, write_text_split, write_tsv
+from helpers import run_cli
 
 from aiayn_cli.data.corpus import load_split
 from aiayn_cli.data.spec import DataSpec

@@ -7,9 +7,11 @@ import math
 import threading
 from dataclasses import replace
 
+import helpers
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import one_thread  # noqa: F401  (the fixture)
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding.incremental import (
@@ -26,34 +28,12 @@ from aiayn_cli.model.configuration_aiayn import LIBRARY_FIELDS, TOKEN_ID_FIELDS
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: on a machine shared by other processes, two threads wait for each other at every
-    small operation of a tiny model."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_model(seed: int = 0, **overrides) -> AiaynForConditionalGeneration:
-    """A random tiny model whose translations end at varied lengths.
-
-    Random weights alone give degenerate outputs (one token repeated up to the length limit): unless
-    the embeddings are tied, the pre-softmax projection is scaled up and the last LayerNorm's bias
-    leans towards `</s>`, so that `</s>` wins at different steps for different sentences.
-    """
-    torch.manual_seed(seed)
-    settings = {"vocab_size": 40, "max_position_embeddings": 64, "tie_word_embeddings": False, **overrides}
-    model = AiaynForConditionalGeneration(AiaynConfig.from_preset("tiny", **settings)).eval()
-    if not settings["tie_word_embeddings"]:
-        decoder = model.model.decoder
-        last_norm = decoder.final_norm or decoder.layers[-1].feed_forward_sublayer.norm
-        with torch.no_grad():
-            model.lm_head.weight.mul_(3.0)
-            eos_row = model.lm_head.weight[EOS]
-            last_norm.bias.add_(eos_row / eos_row.norm())
-    return model
+    """A random tiny model (40 tokens) whose translations end at varied lengths (`helpers.tiny_model`)."""
+    return helpers.tiny_model(40, seed=seed, varied_lengths=True, **overrides)
 
 
 def source_batch(lengths: list[int], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 from test_training import TINY, max_difference, weights, write_dictionary_task
 
 FLAGS = [

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, cli_env
 from corpora import write_hub_layout
+from helpers import REPO_ROOT, cli_env
 
 sys.path.insert(0, str(REPO_ROOT / "docs"))
 

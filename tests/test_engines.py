@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("ctranslate2")
 
-from conftest import cli_here  # noqa: E402
+from helpers import cli_here  # noqa: E402
 from test_export import saved_model, sentences  # noqa: E402
 
 from aiayn_cli.decoding.engines import CTranslate2Translator, model_key  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-from conftest import REPO_ROOT, cli_env, cli_here, run_cli
+from helpers import REPO_ROOT, cli_env, cli_here, run_cli
 
 from aiayn_cli.errors import AiaynError
 from aiayn_cli.evaluation.inputs import read_lines, read_parallel
@@ -540,7 +540,7 @@ def test_references_from_a_data_split(tmp_path, monkeypatch, capsys):
 
 def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
     import sacrebleu
-    from conftest import save_tiny_model
+    from helpers import save_tiny_model
 
     from aiayn_cli.decoding.translator import Translator
 

@@ -11,7 +11,7 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from conftest import cli_here, word_level_tokenizer  # noqa: E402
+from helpers import cli_here, word_level_tokenizer  # noqa: E402
 from test_decoding import tiny_model  # noqa: E402
 
 from aiayn_cli.decoding.translator import Translator  # noqa: E402

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import REPO_ROOT, cli_here, save_tiny_model
+from helpers import REPO_ROOT, cli_here, save_tiny_model
 from test_robustness import _fill, small_tmpfs, snapshot  # noqa: F401  (small_tmpfs is a fixture)
 from test_train_errors import one_error_line
 

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, cli_env
+from helpers import REPO_ROOT, cli_env
 
 from benchmarks import gpu_bundle, gpu_check
 

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 from attention_models import subword_model_dir
-from conftest import cli_here
+from helpers import cli_here, one_thread  # noqa: F401  (the fixture)
 
 from aiayn_cli.decoding.translator import Translator
 from aiayn_cli.inspection import explain
@@ -26,15 +26,7 @@ from aiayn_cli.inspection.heads import (
 )
 from aiayn_cli.quickstart.synthetic import write_corpus
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: on a machine shared by other processes, two threads wait for each other at every
-    small operation of a tiny model (40 times slower here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 from attention_models import subword_model_dir
-from conftest import cli_here
+from helpers import cli_here, one_thread  # noqa: F401  (the fixture)
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator
@@ -24,12 +24,7 @@ from aiayn_cli.quickstart.synthetic import write_corpus
 STEPS = {"history/checkpoint-10": 0, "history/checkpoint-40": 1, "checkpoint-25": 2, "checkpoint-40": 3}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import cli_here, run_cli, save_tiny_model
+from helpers import cli_here, run_cli, save_tiny_model
 
 from aiayn_cli.evaluation.scoring import score
 
@@ -292,7 +292,7 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
 
 def test_tokenizer_that_does_not_match_the_model(tmp_path, monkeypatch, capsys):
     folder = save_tiny_model(tmp_path / "m", vocab_size=72)
-    from conftest import word_level_tokenizer
+    from helpers import word_level_tokenizer
 
     word_level_tokenizer(60).save_pretrained(folder)
     code, _, err = cli_here(monkeypatch, capsys, "push", "-m", folder, "--repo-id", "a/b", "--dry-run")

@@ -6,8 +6,8 @@ offline (the tests run with HF_DATASETS_OFFLINE=1) the recipe's default fails in
 from __future__ import annotations
 
 import pytest
-from conftest import REPO_ROOT, cli_here
 from corpora import make_pairs, write_hub_layout
+from helpers import REPO_ROOT, cli_here
 
 from aiayn_cli.data.corpus import describe_source, load_split
 from aiayn_cli.data.spec import DataSpec

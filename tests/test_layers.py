@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from attention_models import subword_model_dir
-from conftest import cli_here
+from helpers import cli_here, one_thread  # noqa: F401  (the fixture)
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator
@@ -17,13 +17,7 @@ from aiayn_cli.inspection.heads import batches, sample_of
 from aiayn_cli.inspection.layers import layer_logits, layer_predictions, measure_layers
 from aiayn_cli.quickstart.synthetic import write_corpus
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

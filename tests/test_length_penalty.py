@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli_here, save_tiny_model
+from helpers import cli_here, save_tiny_model
 
 from aiayn_cli import AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from conftest import cli_here  # noqa: E402
+from helpers import cli_here  # noqa: E402
 from live_server import get, post, serve_in_thread  # noqa: E402
 from test_export import saved_model, sentences  # noqa: E402
 

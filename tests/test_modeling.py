@@ -9,10 +9,11 @@ import subprocess
 import sys
 import textwrap
 
+import helpers
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import word_level_tokenizer
+from helpers import word_level_tokenizer
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
@@ -24,8 +25,8 @@ VOCAB = 72  # differs from every other dimension of the tiny preset
 
 
 def tiny_model(**overrides) -> AiaynForConditionalGeneration:
-    config = AiaynConfig.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, **overrides)
-    return AiaynForConditionalGeneration(config).eval()
+    """`helpers.tiny_model` without dropout, from the random state as it is."""
+    return helpers.tiny_model(VOCAB, seed=None, **{"dropout": 0.0, **overrides})
 
 
 def random_batch(
@@ -173,7 +174,7 @@ def test_positional_encoding_after_reload_in_a_new_process(tmp_path):
         print(float((pe.double() - table).abs().max()))
         """
     )
-    from conftest import cli_env
+    from helpers import cli_env
 
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(), timeout=300)
     assert out.returncode == 0, out.stderr

@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 
 
 @pytest.mark.long

@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, cli_env, run_cli
+from helpers import REPO_ROOT, cli_env, run_cli
 from test_training import max_difference, weights, write_dictionary_task
 
 from aiayn_cli.training.checkpoint import list_checkpoints

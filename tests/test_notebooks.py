@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from conftest import REPO_ROOT, word_level_tokenizer
+from helpers import REPO_ROOT, word_level_tokenizer
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.inspection import bertviz_inputs, explain

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import cli_here, save_tiny_model
+from helpers import cli_here, save_tiny_model
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 TINY_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml"

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, save_tiny_model
 from corpora import invoke
+from helpers import REPO_ROOT, save_tiny_model
 
 from aiayn_cli.paper import complexity, normalization, positions, run_topic, scaling
 
@@ -66,7 +66,7 @@ def test_positions_rotation_error_is_below_1e6_and_recomputed_independently(tmp_
 
 @pytest.mark.slow
 def test_positions_with_a_learned_model_draws_both_tables(tmp_path):
-    from conftest import word_level_tokenizer
+    from helpers import word_level_tokenizer
 
     from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 

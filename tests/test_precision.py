@@ -9,7 +9,7 @@ import platform
 
 import pytest
 import torch
-from conftest import REPO_ROOT, cli_env, run_cli
+from helpers import REPO_ROOT, cli_env, run_cli
 
 from aiayn_cli import precision
 from aiayn_cli.decoding.translator import pick_dtype

@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, cli_env, run_cli
 from corpora import make_pairs, write_text_split
+from helpers import REPO_ROOT, cli_env, run_cli
 from safetensors.torch import load_file
 
 from aiayn_cli.data import corpus as corpus_module

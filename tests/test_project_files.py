@@ -6,7 +6,7 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 import aiayn_cli
 

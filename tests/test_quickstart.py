@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import sacrebleu
-from conftest import cli_here
+from helpers import cli_here
 
 from aiayn_cli.quickstart.pipeline import run_quickstart
 

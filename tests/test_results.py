@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 from benchmarks import results
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, cli_env, save_tiny_model
+from helpers import REPO_ROOT, cli_env, save_tiny_model
 from test_train_errors import aiayn, one_error_line
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, run_cli
+from helpers import REPO_ROOT, run_cli
 from test_train_errors import aiayn, one_error_line
 from test_training import (  # noqa: F401  (fixtures)
     RESUME_FLAGS,

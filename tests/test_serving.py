@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from conftest import cli_here, run_cli, save_tiny_model  # noqa: E402
+from helpers import cli_here, run_cli, save_tiny_model  # noqa: E402
 from live_server import get, post, random_sentences, serve_in_subprocess, serve_in_thread  # noqa: E402
 
 from aiayn_cli.decoding.translator import Translator  # noqa: E402

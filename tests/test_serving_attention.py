@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from conftest import save_tiny_model  # noqa: E402
+from helpers import save_tiny_model  # noqa: E402
 from live_server import post, serve_in_thread  # noqa: E402
 
 from aiayn_cli.decoding.translator import Translator  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, cli_here, run_cli
+from helpers import REPO_ROOT, cli_here, run_cli
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, cli_env, run_cli
+from helpers import REPO_ROOT, cli_env, run_cli
 from safetensors.torch import load_file
 
 import aiayn_cli.model  # noqa: F401  (registers the model with AutoModelForSeq2SeqLM, for from_pretrained below)

@@ -11,11 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
-from conftest import cli_env, run_cli
+from helpers import cli_env, one_thread, run_cli  # noqa: F401  (one_thread: the fixture)
 
-from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli import AiaynForConditionalGeneration
 from aiayn_cli.cli import main
 from aiayn_cli.decoding.translator import Translator, decode_lines, make_batches
 from aiayn_cli.errors import AiaynError
@@ -49,27 +50,11 @@ def tiny_tokenizer():
 
 
 def tiny_model(vocab_size: int) -> AiaynForConditionalGeneration:
-    """A random tiny model (64 positions) whose outputs end at varied lengths (see test_decoding)."""
-    torch.manual_seed(0)
-    config = AiaynConfig.from_preset(
-        "tiny", vocab_size=vocab_size, max_position_embeddings=64, tie_word_embeddings=False
-    )
-    model = AiaynForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(3.0)
-        eos_row = model.lm_head.weight[2]
-        model.model.decoder.layers[-1].feed_forward_sublayer.norm.bias.add_(eos_row / eos_row.norm())
-    return model
+    """A random tiny model whose outputs end at varied lengths (`helpers.tiny_model`)."""
+    return helpers.tiny_model(vocab_size, varied_lengths=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: on a machine shared by other processes, two threads wait for each other at every
-    small operation of a tiny model."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
