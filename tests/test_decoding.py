@@ -497,6 +497,13 @@ def test_cache_memory_is_reused_across_decodes_and_never_shared():
     second.release()
 
 
+def with_beam_search(search) -> tuple:
+    """The registered strategies, with `search` as beam search's function."""
+    import aiayn_cli.decoding.search as search_module
+
+    return tuple(replace(s, search=search) if s.name == "beam" else s for s in search_module.STRATEGIES)
+
+
 def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monkeypatch):
     """A step of few rows (rows x d_model <= ONE_THREAD_MAX_ELEMENTS, on CPUs with AVX-512 kernels) runs
     on one CPU thread, faster than on several; larger batches use PyTorch's count; the count is
@@ -512,7 +519,7 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(search_module, "beam_search", recording)
+    monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(recording))
     monkeypatch.setattr(search_module, "SPLIT_MIN_ROWS", 10**6)  # no batch split over threads
     model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 8 sentences = 2,048 elements
     options = DecodingOptions(num_beams=4, max_len_a=0.0, max_len_b=4)
@@ -522,7 +529,7 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
         ids, mask = source_batch([5] * sentences)
         decode(model, ids, mask, options)
         assert seen.pop() == threads and torch.get_num_threads() == 2
-    monkeypatch.setattr(search_module, "beam_search", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(lambda *a, **k: 1 / 0))
     with pytest.raises(ZeroDivisionError):
         decode(model, *source_batch([5]), options)
     assert torch.get_num_threads() == 2
@@ -565,7 +572,7 @@ def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
         seen.append((threading.current_thread().name, torch.get_num_threads(), len(max_lens)))
         return real(decoder, max_lens, *args, **kwargs)
 
-    monkeypatch.setattr(search_module, "beam_search", recording)
+    monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(recording))
     torch.set_num_threads(2)
     assert search_module.parallel_parts(43, 3, options, ids.device) == 2  # 129 rows: 64 a thread
     assert search_module.parallel_parts(42, 3, options, ids.device) == 1  # 126 rows: threads share each step
@@ -583,7 +590,7 @@ def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
     assert len(kept) == 2
     assert decode(model, ids, mask, options, prepared) == together
     assert {memory[0].data_ptr() for memory in prepared._spare} == kept
-    monkeypatch.setattr(search_module, "beam_search", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(lambda *a, **k: 1 / 0))
     with pytest.raises(ZeroDivisionError):
         decode(model, ids, mask, options)
     assert torch.get_num_threads() == 2
@@ -672,3 +679,38 @@ def test_decoding_with_head_masks_equals_full_forwards_with_them():
                 tokens.append(token)
             assert fast[i][0].tokens == tokens
     assert [h[0].tokens for h in fast] != [h[0].tokens for h in plain]
+
+
+@pytest.mark.parametrize(
+    ("options", "name", "rows"),
+    [
+        (DecodingOptions(num_beams=4), "beam", 4),
+        (DecodingOptions(num_beams=1), "greedy", 1),
+        (DecodingOptions(num_beams=1, do_sample=True, nbest=3), "sampling", 3),
+    ],
+)
+def test_the_options_choose_one_registered_strategy(options, name, rows):
+    """`STRATEGIES` is the one place that maps options to a search and its decoder rows per sentence."""
+    from aiayn_cli.decoding.search import strategy_for
+
+    strategy = strategy_for(options)
+    assert (strategy.name, strategy.rows(options)) == (name, rows)
+
+
+def test_greedy_search_takes_the_most_likely_token_at_every_step():
+    """`greedy_search` against a plain reference: at every step the argmax of one full forward pass (fp32)."""
+    from aiayn_cli.decoding.search import greedy_search
+
+    model = tiny_model(seed=4)
+    ids, mask = source_batch([7, 5, 9])
+    with torch.no_grad():
+        decoder = IncrementalDecoder(model, ids, mask, capacity=13, max_rows=3)
+        fast = greedy_search(decoder, [12] * 3, DecodingOptions(num_beams=1), BOS, EOS)
+    for i, n in enumerate([7, 5, 9]):
+        prefix: list[int] = []
+        for _ in range(12):
+            token = int(next_log_probs(model, ids[i, :n].tolist(), prefix).argmax())
+            if token == EOS:
+                break
+            prefix.append(token)
+        assert fast[i][0].tokens == prefix

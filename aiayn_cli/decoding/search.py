@@ -8,8 +8,9 @@ Two parts:
 * `IncrementalDecoder` (`aiayn_cli/decoding/incremental.py`) calls the model's own `Encoder` and
   `Decoder` one target position at a time, with in-place key/value caches, dropping the rows of
   finished sentences.
-* `beam_search` and `sample_search` drive any object with the `step` / `select` interface of
-  `IncrementalDecoder` (the tests also drive them with a scripted distribution).
+* `beam_search`, `greedy_search` and `sample_search` drive any object with the `step` / `select`
+  interface of `IncrementalDecoder` (the tests also drive them with a scripted distribution);
+  `STRATEGIES` says which one a `DecodingOptions` asks for.
 
 Beam search semantics (fairseq's, and Hugging Face's `early_stopping=True`):
 
@@ -30,7 +31,7 @@ Beam search semantics (fairseq's, and Hugging Face's `early_stopping=True`):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -181,6 +182,18 @@ def beam_search(
 # ---------------------------------------------------------------------------------------------
 
 
+def greedy_search(
+    decoder: StepDecoder,
+    max_lens: list[int],
+    options: DecodingOptions,
+    bos_id: int,
+    eos_id: int,
+    device: torch.device | str = "cpu",
+) -> list[list[Hypothesis]]:
+    """The most likely token at every step (`num_beams=1`, `do_sample=False`): one hypothesis per sentence."""
+    return _row_search(decoder, max_lens, options, bos_id, eos_id, device, 1, lambda logits, lprobs: lprobs.argmax(-1))
+
+
 def sample_search(
     decoder: StepDecoder,
     max_lens: list[int],
@@ -189,16 +202,27 @@ def sample_search(
     eos_id: int,
     device: torch.device | str = "cpu",
 ) -> list[list[Hypothesis]]:
-    """Greedy search (`do_sample=False`), or sampling with temperature, top-k and top-p (`options.nbest`
-    samples per sentence). Every row is its own sentence for the decoder, and rows finish one by one.
-
-    A hypothesis's `log_prob` is the model's log-probability (temperature 1, unfiltered).
-    """
-    samples = options.nbest if options.do_sample else 1
-    batch = len(max_lens)
+    """Sampling with temperature, top-k and top-p (`do_sample=True`): `options.nbest` samples per sentence."""
     generator = None
-    if options.do_sample and options.seed is not None:
+    if options.seed is not None:
         generator = torch.Generator(device=device).manual_seed(options.seed)
+    return _row_search(
+        decoder,
+        max_lens,
+        options,
+        bos_id,
+        eos_id,
+        device,
+        options.nbest,
+        lambda logits, _: _sample(logits, options, generator),
+    )
+
+
+def _row_search(decoder, max_lens, options, bos_id, eos_id, device, samples, pick) -> list[list[Hypothesis]]:
+    """Greedy search and sampling: `samples` rows per sentence, each its own hypothesis; `pick(logits, lprobs)`
+    gives each row's next token. Rows finish one by one. A hypothesis's `log_prob` is the model's
+    log-probability (temperature 1, unfiltered)."""
+    batch = len(max_lens)
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
     owner = [b for b in range(batch) for _ in range(samples)]  # the sentence of each row
     if samples > 1:
@@ -215,7 +239,7 @@ def sample_search(
             logits[:, eos_id] = -math.inf
         _force_eos(logits, max_len_rows <= t, eos_id)
         lprobs = F.log_softmax(logits, dim=-1)
-        tokens = _sample(logits, options, generator) if options.do_sample else lprobs.argmax(dim=-1)
+        tokens = pick(logits, lprobs)
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
         t += 1
         ended = (tokens == eos_id).tolist()
@@ -250,6 +274,36 @@ def _sample(logits: torch.Tensor, options: DecodingOptions, generator: torch.Gen
         outside[:, 0] = False  # and the most likely one always does (top_p below float precision)
         logits = logits.scatter(-1, sorted_ids, sorted_logits.masked_fill(outside, -math.inf))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The strategies: the one place that says which search the options ask for
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A decoding strategy: `search` drives the decoder (the signature of `beam_search`), `rows(options)`
+    is how many decoder rows each sentence takes, `asked(options)` whether the options ask for it."""
+
+    name: str
+    search: Callable[..., list[list[Hypothesis]]]
+    rows: Callable[[DecodingOptions], int]
+    asked: Callable[[DecodingOptions], bool]
+
+
+# In order: the first whose `asked` holds decodes (a new strategy goes here, with its options in
+# `defaults.py` and a test; docs/contributing.md shows the steps).
+STRATEGIES = (
+    Strategy("sampling", sample_search, rows=lambda o: o.nbest, asked=lambda o: o.do_sample),
+    Strategy("beam", beam_search, rows=lambda o: o.num_beams, asked=lambda o: o.num_beams > 1),
+    Strategy("greedy", greedy_search, rows=lambda o: 1, asked=lambda o: True),
+)
+
+
+def strategy_for(options: DecodingOptions) -> Strategy:
+    """The strategy the options ask for."""
+    return next(strategy for strategy in STRATEGIES if strategy.asked(options))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,7 +357,7 @@ def decode(
     else:
         lengths = attention_mask.sum(-1).tolist()
     max_lens = max_output_lengths(lengths, options, output_length_cap(model))
-    parts = parallel_parts(len(max_lens), _rows_per_sentence(options), options, input_ids.device)
+    parts = parallel_parts(len(max_lens), strategy_for(options).rows(options), options, input_ids.device)
     if parts == 1:
         return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared, head_masks)
     prepared = prepared if prepared is not None else PreparedModel(model)  # once, for every part
@@ -333,8 +387,8 @@ def _decode_part(
 ) -> list[list[Hypothesis]]:
     """`decode()` of a batch on the calling thread (on one CPU thread where its steps are small)."""
     config = model.config
-    rows = input_ids.size(0) * _rows_per_sentence(options)
-    search = beam_search if options.num_beams > 1 and not options.do_sample else sample_search
+    strategy = strategy_for(options)
+    rows = input_ids.size(0) * strategy.rows(options)
     with cpu_threads_for(rows * config.d_model, input_ids.device):
         decoder = IncrementalDecoder(
             model,
@@ -347,16 +401,9 @@ def _decode_part(
         )
         try:
             bos, eos = config.decoder_start_token_id, config.eos_token_id
-            return search(decoder, max_lens, options, bos, eos, input_ids.device)
+            return strategy.search(decoder, max_lens, options, bos, eos, input_ids.device)
         finally:
             decoder.release()  # its cache memory serves the next batch
-
-
-def _rows_per_sentence(options: DecodingOptions) -> int:
-    """The decoder's rows per sentence: the beams, the samples, or 1 (greedy)."""
-    if options.do_sample:
-        return options.nbest
-    return options.num_beams
 
 
 def _decode_on_one_thread(
@@ -435,5 +482,9 @@ __all__ = [
     "one_thread_max_elements",
     "output_length_cap",
     "parallel_parts",
+    "STRATEGIES",
+    "Strategy",
+    "greedy_search",
     "sample_search",
+    "strategy_for",
 ]
