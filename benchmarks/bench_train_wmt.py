@@ -215,15 +215,15 @@ def profile_step(run_class, step: int, device: str, folder: Path, summary: dict)
 
     original = run_class._step
 
-    def _step(self, group, clock_flags):
+    def _step(self, *args, **kwargs):  # whatever the loop's step takes
         if self.state.step + 1 != step:
-            return original(self, group, clock_flags)
+            return original(self, *args, **kwargs)
         cuda = device.startswith("cuda")
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         _synchronize(device)
         start = time.perf_counter()
         with profile(activities=activities, record_shapes=False) as prof:
-            out = original(self, group, clock_flags)
+            out = original(self, *args, **kwargs)
             _synchronize(device)
         wall = time.perf_counter() - start
         folder.mkdir(parents=True, exist_ok=True)
