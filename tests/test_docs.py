@@ -197,6 +197,7 @@ def test_the_blocks_of_a_page_run(page, sandbox):
     root, env = sandbox
     folder = root / "pages" / page.stem
     folder.mkdir(parents=True)
+    (folder / "docs").mkdir()  # the pages' commands run from the repository's root (the tour writes into docs/tour)
     (folder / "aiayn-quickstart").symlink_to(root / "aiayn-quickstart")
     for stand_in in STAND_INS.get(page.stem, []):
         (folder / stand_in).parent.mkdir(parents=True, exist_ok=True)
