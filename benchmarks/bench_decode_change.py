@@ -62,9 +62,13 @@ for line in sys.stdin:
 
 
 class Worker:
-    def __init__(self, tree: Path, model: Path, threads: int):
+    """One revision's worker process (`code`, run with `argv` in the revision's tree): a JSON request
+    per line on its stdin, a JSON answer per line on its stdout; its first line says it is ready."""
+
+    def __init__(self, tree: Path, code: str, argv: list[str], what: str):
+        self.what = what
         self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(model), str(threads)],
+            [sys.executable, "-c", code, *argv],
             cwd=tree,
             env={**os.environ, "PYTHONPATH": str(tree)},
             stdin=subprocess.PIPE,
@@ -72,12 +76,15 @@ class Worker:
             text=True,
         )
         if not self.process.stdout.readline():
-            sys.exit(f"error: the decoder of {tree} did not start (its error is above)")
+            sys.exit(f"error: the {what} of {tree} did not start (its error is above)")
 
-    def time(self, request: dict) -> float:
+    def ask(self, request: dict) -> dict:
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())["seconds"]
+        answer = self.process.stdout.readline()
+        if not answer:
+            sys.exit(f"error: a {self.what} stopped (its error is above)")
+        return json.loads(answer)
 
     def close(self) -> None:
         self.process.stdin.close()
@@ -136,14 +143,16 @@ def main() -> None:
                     # New processes every round (started in turn first), so that where a process
                     # happens to run (its core, its memory) is not counted for one side only.
                     sides = [("baseline", tree), ("current", ROOT)][:: 1 if round_ % 2 == 0 else -1]
-                    workers = {name: Worker(path, folder, args.threads) for name, path in sides}
+                    workers = {
+                        name: Worker(path, WORKER, [str(folder), str(args.threads)], "decoder") for name, path in sides
+                    }
                     for batch, request in requests.items():
                         for worker in workers.values():  # warm-up
-                            worker.time(request)
+                            worker.ask(request)["seconds"]
                         pairs = {name: [] for name in workers}
                         for _ in range(args.repeats):
                             for name, worker in workers.items():
-                                pairs[name].append(worker.time(request))
+                                pairs[name].append(worker.ask(request)["seconds"])
                         for name in pairs:
                             times[batch][name] += pairs[name]
                         rounds[batch].append(statistics.median(pairs["baseline"]) / statistics.median(pairs["current"]))

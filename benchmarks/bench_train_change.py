@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_decode_change import Worker  # noqa: E402
 from benchmarks.local_data import MULTI30K  # noqa: E402
 
 # The worker: one per revision, reading one JSON request per line (a run folder), answering with
@@ -68,31 +69,10 @@ train_tokenizer(DataSpec(data_dir=sys.argv[1], source_lang="en", target_lang="de
 """
 
 
-class Worker:
-    def __init__(self, tree: Path, settings: dict):
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER, json.dumps(settings)],
-            cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        if not self.process.stdout.readline():
-            sys.exit(f"error: the trainer of {tree} did not start (its error is above)")
-
-    def seconds_per_step(self, output: Path) -> float:
-        self.process.stdin.write(json.dumps({"output": str(output)}) + "\n")
-        self.process.stdin.flush()
-        answer = self.process.stdout.readline()
-        if not answer:
-            sys.exit("error: a trainer stopped (its error is above)")
-        result = json.loads(answer)
-        return result["cpu"] / result["steps"]
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait()
+def seconds_per_step(worker: Worker, output: Path) -> float:
+    """CPU seconds per training step of one run into `output`."""
+    result = worker.ask({"output": str(output)})
+    return result["cpu"] / result["steps"]
 
 
 def _subset(source: Path, target: Path, sentences: int) -> None:
@@ -172,15 +152,15 @@ def main() -> None:
             rounds, run = [], 0
             for round_ in range(args.rounds):
                 sides = [("baseline", tree), ("current", ROOT)][:: 1 if round_ % 2 == 0 else -1]
-                workers = {name: Worker(path, settings) for name, path in sides}
+                workers = {name: Worker(path, WORKER, [json.dumps(settings)], "trainer") for name, path in sides}
                 for worker in workers.values():  # warm-up: imports, first allocations, compiled loss
                     run += 1
-                    worker.seconds_per_step(tmp / f"run{run}")
+                    seconds_per_step(worker, tmp / f"run{run}")
                 pairs = {name: [] for name in workers}
                 for _ in range(args.repeats):
                     for name, worker in workers.items():
                         run += 1
-                        pairs[name].append(worker.seconds_per_step(tmp / f"run{run}"))
+                        pairs[name].append(seconds_per_step(worker, tmp / f"run{run}"))
                 for name in pairs:
                     times[name] += pairs[name]
                 rounds.append(statistics.median(pairs["baseline"]) / statistics.median(pairs["current"]))
