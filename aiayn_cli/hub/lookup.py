@@ -9,11 +9,13 @@ names the folder that does not exist.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from ..errors import AiaynError, first_line
 
 
+@functools.cache  # translate asks before the libraries load, the loader again: one request
 def check_hub_model(name: str, revision: str | None = None, key: str | None = "model", what: str = "model") -> None:
     """Return if `name` is a local folder, a model in the Hub's cache, or found on the Hub (offline mode:
     left to the cache); else an `AiaynError` saying there is no such folder, and what the Hub said."""
