@@ -313,6 +313,9 @@ def part_multi30k(check: Check, limit: float) -> dict:
     if code == 0:
         result["test2016"] = json.loads(scores.read_text()).get("scores")
         result["ok"] = True
+    if check.args.keep:  # the model outlives the check's working folder
+        shutil.copytree(run / "averaged", check.args.keep / "multi30k_en_de_gpu", dirs_exist_ok=True)
+        shutil.copy(run / "metrics.jsonl", check.args.keep / "multi30k_en_de_gpu" / "metrics.jsonl")
     return result
 
 
@@ -425,6 +428,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--smoke", action="store_true", help="every part on the CPU, at tiny sizes")
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for everything (default: 9 minutes)")
     parser.add_argument("--parts", default=",".join(PARTS), help="which parts, comma-separated")
+    parser.add_argument("--keep", type=Path, help="copy the Multi30k part's averaged model into this folder")
     parser.add_argument("--environment", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.environment:  # a part's own process
