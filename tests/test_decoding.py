@@ -511,6 +511,7 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
     import aiayn_cli.decoding.search as search_module
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
 
     seen = []
     real = search_module.beam_search
@@ -535,13 +536,17 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
     assert torch.get_num_threads() == 2
 
 
-@pytest.mark.parametrize(("capability", "elements"), [("AVX512", 2048), ("AVX2", 0), ("DEFAULT", 2048)])
-def test_one_thread_decodes_small_steps_only_where_measured_faster(monkeypatch, capability, elements):
-    """On AVX2-only CPUs two threads decode even one sentence faster than one; elsewhere one thread up
-    to 2,048 row elements."""
+@pytest.mark.parametrize(
+    ("capability", "amx", "elements"),
+    [("AVX512", False, 2048), ("AVX512", True, 0), ("AVX2", False, 0), ("AVX2", True, 0), ("DEFAULT", False, 2048)],
+)
+def test_one_thread_decodes_small_steps_only_where_measured_faster(monkeypatch, capability, amx, elements):
+    """On AVX2-only CPUs and on CPUs with AMX two threads decode even one sentence faster than one;
+    elsewhere one thread up to 2,048 row elements."""
     import aiayn_cli.decoding.search as search_module
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert search_module.one_thread_max_elements() == elements
     torch.set_num_threads(2)
     try:
