@@ -137,7 +137,44 @@ def result_rows(name: str) -> list[Row]:
     return rows
 
 
+PRECISIONS = {"fp32": "", "bf16": "_bf16", "int8": "_int8"}
+
+
+def _fastest(row: dict, system: str) -> tuple[str, float]:
+    """(precision, tokens/s) of `system`'s fastest precision measured in `row`."""
+    found = [(name, row[f"{system}{key}_tok_s"]) for name, key in PRECISIONS.items() if f"{system}{key}_tok_s" in row]
+    return max(found, key=lambda pair: pair[1])
+
+
+def decoding_against_generate() -> list[Row]:
+    """bench_decode's rows: aiayn against `generate()` in float32, and each at its fastest precision."""
+    rows = [
+        Row(
+            "| dims | batch | threads | aiayn fp32 | generate() fp32 | ratio | aiayn fastest | generate() fastest "
+            "| ratio | commit | hardware |",
+            None,
+        ),
+        Row("|---|---|---|---|---|---|---|---|---|---|---|", None),
+    ]
+    for path, r in results_files("bench_decode"):
+        commit = (r["commit"] or "?")[:10] + (" (modified)" if r.get("dirty") else "")
+        for row in r["figures"].get("rows", []):
+            if "hf_marian_tok_s" not in row or "aiayn_tok_s" not in row:
+                continue
+            (ours, ours_rate), (peer, peer_rate) = _fastest(row, "aiayn"), _fastest(row, "hf_marian")
+            text = (
+                f"| {row['dims']} | {row['batch']} | {row['threads']} | {row['aiayn_tok_s']:,.0f} | "
+                f"{row['hf_marian_tok_s']:,.0f} | {row['aiayn_tok_s'] / row['hf_marian_tok_s']:.2f}x | "
+                f"{ours_rate:,.0f} ({ours}) | {peer_rate:,.0f} ({peer}) | {ours_rate / peer_rate:.2f}x | {commit} | "
+                f"{_hardware(r)} |"
+            )
+            rows.append(Row(text, path))
+    return rows
+
+
 TABLES: dict[str, Callable[[], list[Row]]] = {
+    "decoding-against-generate": decoding_against_generate,
+    "bench_decode-runs": measured_runs("bench_decode"),
     "quality": quality,
     "quickstart-runs": measured_runs("quickstart"),
     "multi30k-runs": measured_runs("multi30k_en_de"),
