@@ -59,7 +59,7 @@ def test_per_layer_accuracy_and_loss(translator, data_dir):
     model, sample = translator.model, _sample(translator, data_dir)
     report = measure_layers(model, sample, batch_size=4)
     assert len(report.accuracy) == len(report.loss) == model.config.num_decoder_layers
-    correct = tokens = 0
+    correct = echo = tokens = 0
     nll = 0.0
     with torch.no_grad():
         for batch in batches(model, sample, 4):
@@ -67,10 +67,12 @@ def test_per_layer_accuracy_and_loss(translator, data_dir):
             real = labels != model.config.pad_token_id
             out = model(**batch, use_cache=False)
             correct += int(((out.logits.argmax(-1) == labels) & real).sum())
+            echo += int(((out.logits.argmax(-1) == batch["decoder_input_ids"]) & real).sum())
             nll += float(out.loss) * int(real.sum())
             tokens += int(real.sum())
     assert report.tokens == tokens
     assert report.accuracy[-1] == pytest.approx(correct / tokens)
+    assert report.echo[-1] == pytest.approx(echo / tokens)  # its top choice is the token it reads
     assert report.loss[-1] == pytest.approx(nll / tokens, abs=1e-5)
 
 

@@ -14,12 +14,12 @@ from .layers import LayerPredictions, LayerReport
 
 def table(report: LayerReport) -> str:
     aer = report.aer
-    header = ["decoder layer", "next-token accuracy", "loss (nats/token)"]
+    header = ["decoder layer", "next-token accuracy", "loss (nats/token)", "top choice = the token read"]
     if aer:
         header.append(f"AER, encoder-decoder attention ({aer.get('pairs')} pairs)")
     rows = []
-    for i, (accuracy, loss) in enumerate(zip(report.accuracy, report.loss), 1):
-        row = [i, f"{100 * accuracy:.2f}%", f"{loss:.3f}"]
+    for i, (accuracy, loss, echo) in enumerate(zip(report.accuracy, report.loss, report.echo), 1):
+        row = [i, f"{100 * accuracy:.2f}%", f"{loss:.3f}", f"{100 * echo:.2f}%"]
         if aer:
             row.append(f"{aer[f'layer {i} predict']:.3f}")
         rows.append(row)
@@ -39,6 +39,13 @@ def summary(report: LayerReport, sentence: LayerPredictions | None) -> list[str]
     gains = [100 * (b - a) for a, b in zip(report.accuracy, report.accuracy[1:])]
     if gains:
         lines.append("accuracy gained by each layer above the first: " + ", ".join(f"{g:+.1f}" for g in gains))
+    if report.echo:
+        lines.append(
+            "the top choice is the token the position reads (its input, not the next token) at "
+            + ", ".join(f"{100 * e:.1f}%" for e in report.echo)
+            + " of the positions, layer 1 to "
+            + str(n)
+        )
     if report.aer:
         best = min(range(1, n + 1), key=lambda i: report.aer[f"layer {i} predict"])
         lines.append(

@@ -39,17 +39,21 @@ def layer_logits(model, decoder_hidden_states) -> list[torch.Tensor]:
 
 @dataclass
 class LayerReport:
-    """Per decoder layer (from 1): next-token accuracy and cross-entropy on the sample's references."""
+    """Per decoder layer (from 1): next-token accuracy and cross-entropy on the sample's references, and
+    `echo`: the share of positions whose top choice is the token the position reads (y_(t-1)), which a
+    layer whose output still carries its input embedding predicts through the tied projection."""
 
     accuracy: list[float]
     loss: list[float]
     tokens: int
+    echo: list[float] = field(default_factory=list)
     aer: dict[str, float] = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         layers = [
-            {"layer": i + 1, "accuracy": a, "loss": lo} for i, (a, lo) in enumerate(zip(self.accuracy, self.loss))
+            {"layer": i + 1, "accuracy": a, "loss": lo, "echo": e}
+            for i, (a, lo, e) in enumerate(zip(self.accuracy, self.loss, self.echo))
         ]
         return {"settings": self.settings, "tokens": self.tokens, "layers": layers, "aer": self.aer}
 
@@ -59,7 +63,7 @@ def measure_layers(model, sample: Sample, batch_size: int = 64) -> LayerReport:
     """Next-token accuracy and loss (token-level cross-entropy, no label smoothing) of every decoder
     layer's prediction, teacher-forced on the sample's references."""
     n = model.config.num_decoder_layers
-    correct, nll, tokens = [0] * n, [0.0] * n, 0
+    correct, echo, nll, tokens = [0] * n, [0] * n, [0.0] * n, 0
     for batch in batches(model, sample, batch_size):
         labels = batch["labels"]
         real = labels != model.config.pad_token_id
@@ -67,12 +71,14 @@ def measure_layers(model, sample: Sample, batch_size: int = 64) -> LayerReport:
         targets = labels.masked_fill(~real, -100)
         for i, logits in enumerate(layer_logits(model, out.decoder_hidden_states)):
             logits = logits.float()
-            correct[i] += int(((logits.argmax(-1) == labels) & real).sum())
+            choice = logits.argmax(-1)
+            correct[i] += int(((choice == labels) & real).sum())
+            echo[i] += int(((choice == batch["decoder_input_ids"]) & real).sum())
             nll[i] += float(
                 F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum")
             )
         tokens += int(real.sum())
-    return LayerReport([c / tokens for c in correct], [v / tokens for v in nll], tokens)
+    return LayerReport([c / tokens for c in correct], [v / tokens for v in nll], tokens, [e / tokens for e in echo])
 
 
 @dataclass
