@@ -39,13 +39,11 @@ def summary(report: LayerReport, sentence: LayerPredictions | None) -> list[str]
     gains = [100 * (b - a) for a, b in zip(report.accuracy, report.accuracy[1:])]
     if gains:
         lines.append("accuracy gained by each layer above the first: " + ", ".join(f"{g:+.1f}" for g in gains))
-    if report.echo:
-        lines.append(
-            "the top choice is the token the position reads (its input, not the next token) at "
-            + ", ".join(f"{100 * e:.1f}%" for e in report.echo)
-            + " of the positions, layer 1 to "
-            + str(n)
-        )
+    lines.append(
+        "the top choice is the token the position reads (its input, not the next token) at "
+        + ", ".join(f"{100 * e:.1f}%" for e in report.echo)
+        + f" of the positions, layer 1 to {n}"
+    )
     if report.aer:
         best = min(range(1, n + 1), key=lambda i: report.aer[f"layer {i} predict"])
         lines.append(

@@ -46,7 +46,7 @@ class LayerReport:
     accuracy: list[float]
     loss: list[float]
     tokens: int
-    echo: list[float] = field(default_factory=list)
+    echo: list[float]
     aer: dict[str, float] = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
 
