@@ -586,6 +586,26 @@ def print_best_table(rows: list[dict]) -> None:
         print(f"| {dims} | {batch} | " + " | ".join(cells) + " |")
 
 
+def read_bandwidth(threads: int, gib: int = 1, repeats: int = 5) -> float:
+    """GB/s that `threads` threads read from memory: the best of `repeats` sums over `gib` GiB of float32
+    (far larger than any cache), the rate that bounds a decoding step whose weights do not fit in one."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        data = torch.ones(gib * 2**28)
+        data.sum()
+        best = min(_seconds(data.sum) for _ in range(repeats))
+        return data.numel() * 4 / best / 1e9
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dims", nargs="+", default=["small", "base"], choices=sorted(PRESETS))
@@ -628,6 +648,9 @@ def main() -> None:
         args.dtype.insert(0, "fp32")  # the reference of every ratio
 
     print(hardware(), flush=True)
+    bandwidth = {threads: read_bandwidth(threads) for threads in args.threads} if args.device == "cpu" else {}
+    for threads, rate in bandwidth.items():
+        print(f"memory read rate, {threads} thread(s): {rate:.1f} GB/s (a sum over 1 GiB)", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         models = Models(args, Path(tmp))
@@ -663,8 +686,10 @@ a/b = median over repetitions of b's time / a's time within the repetition (> 1:
         print(f"\nCTranslate2 not measured: {reasons.pop()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
-    path = recorder.write({"rows": rows, "beams": args.beams, "new_tokens": args.new_tokens, "repeats": args.repeats},
-                          path=args.results)  # fmt: skip
+    figures = {"rows": rows, "beams": args.beams, "new_tokens": args.new_tokens, "repeats": args.repeats}
+    if bandwidth:  # what a step bound by reading its weights can reach
+        figures["memory_read_gb_s"] = {str(threads): rate for threads, rate in bandwidth.items()}
+    path = recorder.write(figures, path=args.results)
     print(f"\nwrote {path}")
 
 

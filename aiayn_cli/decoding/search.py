@@ -418,29 +418,23 @@ def _decode_on_one_thread(
 
 # A decoding step's matrix products are (rows, d_model) times a weight: up to this many elements in
 # the rows, splitting them over CPU threads costs more in synchronisation than it saves on CPUs with
-# AVX-512 and no AMX (measured on an AMD EPYC with AVX512-BF16); above it two threads share each operation (`python benchmarks/bench_decode.py --threads 1 2`
-# measures both; docs/performance.md).
+# AVX-512 and no AMX (measured on an AMD EPYC with AVX512-BF16); above it two threads share each
+# operation (`python benchmarks/bench_decode.py --threads 1 2` measures both; docs/engines.md).
 ONE_THREAD_MAX_ELEMENTS = 2048
 
-# Where ATen runs AVX2 kernels (no AVX-512) two threads win from one sentence on: a step there is bound
-# by reading its weights, and two threads read them faster.
-ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY = {"AVX2": 0}
-
-# So they do on CPUs with AMX (Intel Xeon, 4th generation on): on a 2-core Xeon, one sentence decoded
-# 1.28x (small) and 1.60x (base) faster on two threads in fp32, 1.09x and 1.49x in bf16; one thread
-# reads about 12.6 GB/s there, two 20.7 GB/s, and a base step reads 164 MB of fp32 weights.
-ONE_THREAD_MAX_ELEMENTS_WITH_AMX = 0
+# Where two threads win from one sentence on, a step being bound by reading its weights (two threads
+# read them faster): CPUs whose ATen kernels are AVX2 (no AVX-512), and CPUs with AMX (Intel Xeon, 4th
+# generation on; `bench_decode.intel-xeon-amx.threads.json`).
+ONE_THREAD_MAX_ELEMENTS_BY_KIND = {"AVX2": 0, "AMX": 0}
 
 
 def one_thread_max_elements() -> int:
-    """The most row elements (rows x d_model) of a step decoded on one CPU thread, for this CPU's
-    kernels (`torch.backends.cpu.get_cpu_capability()`) and whether it has AMX."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability in ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY:
-        return ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY[capability]
-    if torch.cpu._is_amx_tile_supported():
-        return ONE_THREAD_MAX_ELEMENTS_WITH_AMX
-    return ONE_THREAD_MAX_ELEMENTS
+    """The most row elements (rows x d_model) of a step decoded on one CPU thread, for this CPU's kind:
+    its ATen kernels (`torch.backends.cpu.get_cpu_capability()`), or AMX where it has AVX-512 and AMX."""
+    kind = torch.backends.cpu.get_cpu_capability()
+    if kind != "AVX2" and torch.cpu._is_amx_tile_supported():
+        kind = "AMX"
+    return ONE_THREAD_MAX_ELEMENTS_BY_KIND.get(kind, ONE_THREAD_MAX_ELEMENTS)
 
 
 # Where every thread gets at least this many rows, a batch is split over the threads (`parallel_parts`).
@@ -479,7 +473,7 @@ def cpu_threads_for(elements: int, device: torch.device) -> Iterator[None]:
 
 __all__ = [
     "ONE_THREAD_MAX_ELEMENTS",
-    "ONE_THREAD_MAX_ELEMENTS_BY_CAPABILITY",
+    "ONE_THREAD_MAX_ELEMENTS_BY_KIND",
     "SPLIT_MIN_ROWS",
     "DecodingOptions",
     "Hypothesis",
