@@ -21,7 +21,7 @@ from aiayn_cli.decoding.incremental import (
     encode,
     linear_map,
 )
-from aiayn_cli.decoding.search import DecodingOptions, beam_search, decode, length_penalty
+from aiayn_cli.decoding.search import DecodingOptions, beam_search, decode, length_penalty, top_k
 from aiayn_cli.errors import AiaynError
 from aiayn_cli.model.configuration_aiayn import LIBRARY_FIELDS, TOKEN_ID_FIELDS
 
@@ -159,6 +159,46 @@ def test_linear_map_computes_what_f_linear_does(monkeypatch, relu, dtype, onednn
     assert function(x).dtype == dtype
     if not onednn:
         assert not packed
+
+
+@pytest.mark.parametrize("length", [9, 64 * 8, 64 * 8 + 1, 10_000, 4 * 10_003])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_top_k_is_topk(length, dtype):
+    """`top_k` (chunk maxima first) gives `torch.topk`'s values and ids: rows shorter than k chunks, a
+    last chunk cut short, -inf entries (a forced </s>), a row with fewer than k finite values."""
+    generator = torch.Generator().manual_seed(length)
+    x = torch.randn(5, length, generator=generator).to(dtype)
+    x[1, ::3] = -math.inf
+    x[2] = -math.inf
+    x[2, length // 2] = 0.0
+    values, ids = top_k(x, 8)
+    expected = x.topk(8, dim=1)
+    torch.testing.assert_close(values, expected.values, rtol=0, atol=0)
+    assert bool((ids >= 0).all()) and bool((ids < length).all())
+    torch.testing.assert_close(x.gather(1, ids), values, rtol=0, atol=0)  # each id holds its value (ties: any)
+    for row, row_values in zip(ids.tolist(), values.tolist(), strict=True):
+        finite_ids = [i for i, v in zip(row, row_values, strict=True) if v > -math.inf]
+        assert len(set(finite_ids)) == len(finite_ids)  # distinct (-inf fillers may repeat)
+    if dtype == torch.float32:  # no ties among random fp32 values
+        finite = expected.values > -math.inf
+        assert torch.equal(ids[finite], expected.indices[finite])
+
+
+def test_prepared_model_is_modules_sharing_the_models_parameters():
+    """`PreparedModel` holds `nn.Module`s: the model's own classes around prepared leaves (`Projection`,
+    `LayerNorm`, `Identity`), with the model's parameters, not copies."""
+    from aiayn_cli.decoding import incremental
+
+    model = helpers.tiny_model()
+    prepared = PreparedModel(model)
+    leaves = {type(m) for m in prepared.decoder.modules() if not list(m.children())}
+    assert leaves <= {incremental.Projection, incremental.LayerNorm, incremental.Identity, type(model.model.shared)}
+    assert incremental.Projection in leaves
+    assert not any(
+        type(m) in (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Dropout) for m in prepared.decoder.modules()
+    )
+    model_parameters = {id(p) for p in model.parameters()}
+    assert {id(p) for p in prepared.decoder.parameters()} <= model_parameters
 
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=variant_id)

@@ -5,10 +5,12 @@ modules (attention, the sub-layer connections, the feed-forward networks, masks,
 fairseq's `SequenceGenerator` calls `model.forward_decoder(..., incremental_state)`. What this
 module adds is only how the work is laid out:
 
-* `PreparedModel`: a copy of the model's modules, sharing its parameters, where the leaves that
-  run many times a step are plain functions computing the same thing: every linear map prepacked
-  for oneDNN on CPUs (`Projection`; or int8 weights, `dtype="int8"`), LayerNorm without the module
-  call, dropout as the identity (eval mode).
+* `PreparedModel`: a copy of the model's modules, sharing its parameters, where the leaf modules
+  that run many times a step are replaced (`register_module`) by prepared ones computing the same
+  thing: every linear map prepacked for oneDNN on CPUs (`Projection`; or int8 weights,
+  `dtype="int8"`), LayerNorm on its parameters (`LayerNorm`), dropout as the identity (eval mode).
+  The prepared leaves are called straight, without `nn.Module.__call__`'s hook checks; the modules
+  around them are the model's classes, called as modules.
 * `DecodingState`: the cache the model's attention reads and writes. The encoder runs once per
   batch; the encoder-decoder keys and values are computed once per sentence and shared by its beams
   (the beams of a sentence are the queries of one attention call); the self-attention keys and
@@ -87,37 +89,61 @@ def _onednn_available() -> bool:
     )
 
 
-class Projection:
-    """x W^T + b for a fixed weight W: an `nn.Linear`'s function, computed by `linear_map` (prepacked for
-    oneDNN's GEMM where it runs); `relu`: max(0, x W^T + b), fused into the GEMM where it is packed."""
+# The prepared leaves below define `__call__` as their forward: calling one skips `nn.Module.__call__`'s
+# hook checks (a decoding step calls some 15 leaves a layer, each a few microseconds at batch 1), so
+# hooks registered on them do not run.
+
+
+class Projection(nn.Module):
+    """An `nn.Linear` prepared: x W^T + b for its weight W as it is now, computed by `linear_map`
+    (prepacked for oneDNN's GEMM where it runs); `relu`: max(0, x W^T + b), fused into the GEMM where it
+    is packed."""
 
     def __init__(self, linear: nn.Linear, relu: bool = False):
+        super().__init__()
         self.relu = relu
         self.function, self.packed = linear_map(linear.weight, linear.bias, relu)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.function(x)
 
+    forward = __call__
 
-class LayerNorm:
-    """An `nn.LayerNorm`'s function on its parameters, without the module call around it."""
+    def extra_repr(self) -> str:
+        return f"packed={self.packed}, relu={self.relu}"
+
+
+class LayerNorm(nn.Module):
+    """An `nn.LayerNorm` prepared: its function on its (shared) parameters."""
 
     def __init__(self, norm: nn.LayerNorm):
-        self.shape, self.weight, self.bias, self.eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
+        super().__init__()
+        self.shape, self.eps = norm.normalized_shape, norm.eps
+        self.weight, self.bias = norm.weight, norm.bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
 
+    forward = __call__
+
+
+class Identity(nn.Module):
+    """Dropout in eval mode."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    forward = __call__
+
 
 def _identity(x: torch.Tensor) -> torch.Tensor:
-    """Dropout in eval mode."""
     return x
 
 
 def _replace_leaves(modules: nn.Module, int8: bool) -> None:
-    """Swap the leaf modules the decoder calls many times a step for plain functions that compute the
+    """Replace the leaf modules the decoder calls many times a step by prepared ones that compute the
     same thing: `nn.Linear` -> `Projection` (unless int8), `nn.LayerNorm` -> `LayerNorm`, `nn.Dropout`
-    -> the identity (eval mode); the ReLU of a feed-forward network joins its first projection. The
+    -> `Identity` (eval mode); the ReLU of a feed-forward network joins its first projection. The
     modules around them (attention, sub-layer connections, the feed-forward networks, the stacks)
     stay the model's."""
     for parent in list(modules.modules()):
@@ -126,31 +152,11 @@ def _replace_leaves(modules: nn.Module, int8: bool) -> None:
             parent.activation = _identity  # ... applied by w_1
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and not int8:
-                function = Projection(child, relu=relu and name == "w_1").function
+                parent.register_module(name, Projection(child, relu=relu and name == "w_1"))
             elif type(child) is nn.LayerNorm:
-                function = LayerNorm(child)
+                parent.register_module(name, LayerNorm(child))
             elif isinstance(child, nn.Dropout):
-                function = _identity
-            else:
-                continue
-            del parent._modules[name]
-            setattr(parent, name, function)  # a plain attribute: no module call, no __getattr__
-    for module in modules.modules():  # the modules left are called straight, without hooks
-        module.__class__ = _direct_call(type(module))
-        # and their submodules and parameters are found as plain attributes, not by `nn.Module.__getattr__`
-        module.__dict__.update(module._modules)
-        module.__dict__.update(module._parameters)
-
-
-_DIRECT: dict[type, type] = {}
-
-
-def _direct_call(cls: type) -> type:
-    """`cls` with `__call__` = `forward`: the copy has no hooks, so `nn.Module.__call__`'s checks are
-    skipped (a decoding step calls some 7 modules per layer)."""
-    if cls not in _DIRECT:
-        _DIRECT[cls] = type(cls.__name__, (cls,), {"__call__": cls.forward})
-    return _DIRECT[cls]
+                parent.register_module(name, Identity())
 
 
 def _int8_linears(module: nn.Module) -> None:

@@ -100,6 +100,32 @@ def _force_eos(lprobs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
         lprobs[rows, eos_id] = eos
 
 
+def top_k(x: torch.Tensor, k: int, chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x.topk(k, dim=1)` for rows much longer than k, as beam search's candidates are (beams * vocab).
+
+    PyTorch's CPU top-k reads a row at some 3 GB/s, slower than the step's log-softmax; the maxima of
+    chunks of `chunk` columns take one fast pass instead. The k best values lie in the k chunks with the
+    best maxima (a value outside them has k chunk maxima above it), so one small top-k picks those
+    chunks and another their best k values: the same values and ids as `topk` (ties aside, whose
+    order `topk` does not define either; in a row with fewer than k values above -inf, the ids of its
+    -inf values may repeat), 4-7x faster at base's rows.
+    """
+    rows, length = x.shape
+    if x.device.type != "cpu" or length <= k * chunk:
+        return x.topk(k, dim=1)
+    whole = length - length % chunk
+    maxima = x[:, :whole].view(rows, -1, chunk).amax(-1)  # (rows, whole / chunk)
+    if whole < length:
+        maxima = torch.cat([maxima, x[:, whole:].amax(-1, keepdim=True)], dim=1)
+    chunks = maxima.topk(k, dim=1).indices  # (rows, k)
+    ids = (chunks[:, :, None] * chunk + torch.arange(chunk, device=x.device)).view(rows, -1)
+    past_end = ids >= length  # in the last, shorter chunk: -inf, at the last column
+    ids = ids.clamp_(max=length - 1)
+    values = x.gather(1, ids).masked_fill_(past_end, -math.inf)
+    best, at = values.topk(k, dim=1)
+    return best, ids.gather(1, at)
+
+
 def beam_search(
     decoder: StepDecoder,
     max_lens: list[int],
@@ -134,7 +160,7 @@ def beam_search(
             _force_eos(lprobs, torch.tensor(at_max, device=device).repeat_interleave(beams), eos_id)
         candidates = lprobs.add_(scores.view(-1, 1)).view(n_sentences, beams * vocab)  # in place: lprobs is done
         # A candidate's id is beam * vocab + token.
-        top_scores, top_ids = candidates.topk(min(2 * beam, beams * vocab), dim=1)  # (B, 2 * beam)
+        top_scores, top_ids = top_k(candidates, min(2 * beam, beams * vocab))  # (B, 2 * beam)
         ends = top_ids % vocab == eos_id
 
         # Candidates ending in </s> among the best `beam` are finished.

@@ -115,10 +115,10 @@ def scaled_dot_product_attention(
 
 def _written_out_is_faster(query: torch.Tensor) -> bool:
     return (
-        query.device.type == "cpu"
-        and query.dtype in (torch.bfloat16, torch.float16)
-        and query.requires_grad
+        query.requires_grad  # first: False wherever nothing is trained, and the cheapest to read
         and torch.is_grad_enabled()
+        and query.device.type == "cpu"
+        and query.dtype in (torch.bfloat16, torch.float16)
     )
 
 
@@ -175,7 +175,8 @@ class MultiHeadAttention(nn.Module):
             mask (`BoolTensor` broadcastable to `(B, h, T, T_k)`, *optional*): True = may attend.
             cache (`EncoderDecoderCache`, *optional*): keys and values of earlier decoding steps; or any
                 object with its members `self_attention_cache.update`, `cross_attention_cache.layers` and
-                `.update`, `is_updated` (the preallocated `DecodingState` of `aiayn_cli.decoding.incremental`).
+                `.update`, `is_updated` (the preallocated `DecodingState` of `aiayn_cli.decoding.incremental`):
+                the members transformers' own encoder-decoder models read (BART's attention).
                 Where the cache holds encoder-decoder keys for fewer rows than there are queries (G sentences,
                 B = G * k rows), each sentence's keys serve its k consecutive rows (its beams), in one call.
             head_mask (`(h,)`, *optional*): multiplies head_i before the concatenation (1 keeps it, 0 removes
