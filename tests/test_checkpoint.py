@@ -6,6 +6,7 @@ import shutil
 import pytest
 import torch
 from accelerate import Accelerator
+from helpers import StubTokenizer
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
@@ -22,13 +23,6 @@ from aiayn_cli.training.checkpoint import (
     save_checkpoint,
     write_averaged_checkpoint,
 )
-
-
-class _Tokenizer:
-    """Stands in for a tokenizer: only `save_pretrained` is used here."""
-
-    def save_pretrained(self, folder):
-        (folder / "tokenizer.json").write_text("{}")
 
 
 def _model(seed):
@@ -119,7 +113,7 @@ def test_save_checkpoint_round_trip(tmp_path):
     batch = {"input_ids": torch.tensor([[5, 6, 2]]), "labels": torch.tensor([[7, 8, 2]])}
     accelerator.backward(model(**batch).logits.sum())
     optimizer.step()
-    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
+    path = save_checkpoint(accelerator, model, StubTokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
     assert path.name == "checkpoint-1" and read_trainer_state(path) == {"step": 1, "epoch": 0}
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= {
         p.name for p in path.iterdir()
@@ -143,7 +137,7 @@ def test_save_checkpoint_round_trip(tmp_path):
         assert all(torch.equal(restored["state"][index][k], v) for k, v in moments.items())
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
     # overwriting the same step replaces the folder atomically
-    save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 5}, tmp_path, optimizer=optimizer)
+    save_checkpoint(accelerator, model, StubTokenizer(), {"step": 1, "epoch": 5}, tmp_path, optimizer=optimizer)
     assert read_trainer_state(path)["epoch"] == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
     shutil.rmtree(path)
@@ -153,7 +147,7 @@ def test_resuming_a_checkpoint_of_another_size_is_one_line(tmp_path):
     accelerator = Accelerator(cpu=True)
     model = _model(0)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
+    path = save_checkpoint(accelerator, model, StubTokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
     wider = AiaynForConditionalGeneration(
         AiaynConfig.from_preset("tiny", vocab_size=40, d_model=2 * model.config.d_model)
     )
@@ -170,7 +164,7 @@ def test_a_truncated_optimizer_state_is_named(tmp_path):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     model(input_ids=torch.tensor([[5, 6, 2]]), labels=torch.tensor([[7, 8, 2]])).loss.backward()
     optimizer.step()  # moments to save
-    path = save_checkpoint(accelerator, model, _Tokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
+    path = save_checkpoint(accelerator, model, StubTokenizer(), {"step": 1, "epoch": 0}, tmp_path, optimizer=optimizer)
     state = next(path.rglob("optimizer.safetensors"))
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     with pytest.raises(AiaynError, match="optimizer.safetensors: damaged or truncated"):

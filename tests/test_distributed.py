@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from helpers import cli_env, run_cli
-from test_training import TINY, max_difference, weights, write_dictionary_task
+from training_task import TINY, max_difference, weights, write_dictionary_task
 
 FLAGS = [
     "--max-steps",

@@ -9,8 +9,12 @@ import torch
 
 pytest.importorskip("ctranslate2")
 
-from helpers import cli_here  # noqa: E402
-from test_export import saved_model, sentences  # noqa: E402
+from helpers import (  # noqa: E402
+    cli_here,  # noqa: E402
+    sentences,
+    split_corpus,
+)
+from helpers import save_varied_model as saved_model  # noqa: E402
 
 from aiayn_cli.decoding.engines import CTranslate2Translator, model_key  # noqa: E402
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
@@ -195,10 +199,8 @@ def test_serve_with_the_ctranslate2_engine(engines):
 def test_evaluate_model_with_the_ctranslate2_engine(model_dir, tmp_path, monkeypatch, capsys):
     import json
 
-    from test_evaluation import _split_corpus
-
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
-    data, sources, _ = _split_corpus(tmp_path)
+    data, sources, _ = split_corpus(tmp_path)
     args = ("evaluate", "--model", model_dir, "--data-dir", data, "-s", "en", "-t", "de", "--split", "test")
     code, _, err = cli_here(monkeypatch, capsys, *args, "--engine", "ctranslate2")
     assert code == 2 and "error: --length-penalty-style gnmt: CTranslate2's beam search" in err

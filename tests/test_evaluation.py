@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-from helpers import REPO_ROOT, cli_env, cli_here, run_cli
+from helpers import REPO_ROOT, cli_env, cli_here, run_cli, split_corpus
 
 from aiayn_cli.errors import AiaynError
 from aiayn_cli.evaluation.inputs import read_lines, read_parallel
@@ -498,20 +498,10 @@ def test_multi30k_val_references(multi30k_dir, tmp_path, monkeypatch, capsys):
 # -- a dataset split as references, and a model translating it ----------------------------------
 
 
-def _split_corpus(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    sources = [f"w{i} w{i + 1} w{i + 2}" for i in range(4, 24)]
-    targets = [f"w{i + 2} w{i + 1} w{i}" for i in range(4, 24)]
-    (data / "test.en").write_text("\n".join(sources) + "\n")
-    (data / "test.de").write_text("\n".join(targets) + "\n")
-    return data, sources, targets
-
-
 def test_references_from_a_data_split(tmp_path, monkeypatch, capsys):
     import sacrebleu
 
-    data, _, targets = _split_corpus(tmp_path)
+    data, _, targets = split_corpus(tmp_path)
     hyps = [t if i % 3 else "w5 w6" for i, t in enumerate(targets)]
     (tmp_path / "hyp.de").write_text("\n".join(hyps) + "\n")
     code, out, err = cli_here(
@@ -544,7 +534,7 @@ def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
 
     from aiayn_cli.decoding.translator import Translator
 
-    data, sources, targets = _split_corpus(tmp_path)
+    data, sources, targets = split_corpus(tmp_path)
     model = save_tiny_model(tmp_path / "model")
     code, _, err = cli_here(
         monkeypatch,
@@ -576,7 +566,7 @@ def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
 
 
 def test_split_mode_bad_inputs(tmp_path, monkeypatch, capsys):
-    data, _, _ = _split_corpus(tmp_path)
+    data, _, _ = split_corpus(tmp_path)
     (tmp_path / "short.de").write_text("w1\n")
     (tmp_path / "ref.de").write_text("w1\n")
     cases = [

@@ -4,37 +4,19 @@
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from helpers import cli_here, word_level_tokenizer  # noqa: E402
-from test_decoding import tiny_model  # noqa: E402
+from helpers import cli_here, sentences  # noqa: E402
+from helpers import save_varied_model as saved_model  # noqa: E402
 
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
 from aiayn_cli.serving.ctranslate2 import export_ctranslate2  # noqa: E402
 
 MAX_LEN = 30  # tokens before </s>: aiayn's max_len_b with max_len_a 0, CTranslate2's max_decoding_length
-
-
-def saved_model(folder, **overrides):
-    """A random tiny model whose translations end at varied lengths, with a 40-word tokenizer."""
-    model = tiny_model(**overrides)
-    if overrides.get("tie_word_embeddings"):  # lean towards </s> through the tied embedding matrix
-        eos = model.lm_head.weight[model.config.eos_token_id]
-        with torch.no_grad():
-            model.model.decoder.layers[-1].feed_forward_sublayer.norm.bias.add_(8.0 * eos / eos.norm())
-    model.save_pretrained(folder)
-    word_level_tokenizer(40).save_pretrained(folder)
-    return folder
-
-
-def sentences(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(f"w{rng.randrange(36)}" for _ in range(rng.randint(1, 12))) for _ in range(n)]
 
 
 def ct2_best(folder, translator: Translator, inputs: list[str], beam: int) -> list[tuple[str, float, int]]:

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import REPO_ROOT, cli_here, run_cli, save_tiny_model
-from test_training import task, train_args, weights  # noqa: F401  (task: a fixture)
+from training_task import task, train_args, weights  # noqa: F401  (task: a fixture)
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 

@@ -12,9 +12,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from helpers import cli_here  # noqa: E402
+from helpers import (
+    cli_here,  # noqa: E402
+    sentences,  # noqa: E402
+)
+from helpers import save_varied_model as saved_model  # noqa: E402
 from live_server import get, post, serve_in_thread  # noqa: E402
-from test_export import saved_model, sentences  # noqa: E402
 
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
 from aiayn_cli.serving.app import create_app  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, cli_env, run_cli
-from test_training import max_difference, weights, write_dictionary_task
+from training_task import max_difference, weights, write_dictionary_task
 
 from aiayn_cli.training.checkpoint import list_checkpoints
 from benchmarks.two_machines import LAUNCHER, finish, launch_two_machines, stop_one_in_the_middle

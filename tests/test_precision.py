@@ -105,7 +105,7 @@ def test_the_accelerator_gets_the_choice(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_train_prints_and_records_its_precision(tmp_path):
-    from test_training import train_args, write_dictionary_task
+    from training_task import train_args, write_dictionary_task
 
     from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import train_tokenizer
@@ -150,7 +150,7 @@ def test_a_run_in_fp32_takes_the_recipes_when_fp32_keys(tmp_path, monkeypatch, c
     import sys
 
     import yaml
-    from test_training import write_dictionary_task
+    from training_task import write_dictionary_task
 
     from aiayn_cli.cli import main
     from aiayn_cli.data.spec import DataSpec

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, cli_here, run_cli
+from helpers import REPO_ROOT, one_error_line, run_cli
+from helpers import cli_here as aiayn
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 
@@ -18,15 +19,6 @@ def tokenizer(tmp_path_factory):
     sentences = [f"w{i} w{(i * 7) % 13} v{i % 5}x" for i in range(300)]
     train_tokenizer(sentences, vocab_size=320, output_dir=root / "tok", show_progress=False)
     return root / "tok"
-
-
-aiayn = cli_here  # the CLI in this process: (exit code, stdout, stderr)
-
-
-def one_error_line(code: int, err: str) -> str:
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def _recipe(tmp_path: Path, text: str) -> Path:

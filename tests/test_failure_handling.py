@@ -1,5 +1,6 @@
-"""One line for every failure, nothing lost, nothing left behind: the rows of the second audit's table
-(issue 34) that are not the output rule itself (`test_outputs.py` walks that), each named by its row."""
+"""One line for every failure, nothing lost, nothing left behind, command by command: interrupted
+writes, full disks, broken inputs and services, each test named by the failure it makes (the output
+rule itself is walked by `test_outputs.py`)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import REPO_ROOT, cli_here, save_tiny_model
-from test_robustness import _fill, small_tmpfs, snapshot  # noqa: F401  (small_tmpfs is a fixture)
-from test_train_errors import one_error_line
+from helpers import (  # noqa: F401  (small_tmpfs: a fixture)
+    REPO_ROOT,
+    StubTokenizer,
+    cli_here,
+    fill_disk,
+    one_error_line,
+    save_tiny_model,
+    small_tmpfs,
+    snapshot,
+    tiny_model,
+)
 
 from aiayn_cli.errors import AiaynError
 
@@ -240,7 +249,7 @@ def test_row_18_a_refused_run_leaves_no_lock_file(monkeypatch, capsys, tmp_path,
 
 def _fill_leaving(folder: Path, free: int) -> None:
     """Fill a tmpfs but for about `free` bytes (then the small files fit, the weights do not)."""
-    _fill(folder)
+    fill_disk(folder)
     filler = folder / "filler"
     os.truncate(filler, max(filler.stat().st_size - free, 0))
 
@@ -266,7 +275,6 @@ def test_row_10_a_checkpoint_on_a_full_disk_names_the_checkpoint(monkeypatch, tm
     being written, not a damaged input, and nothing half-written stays."""
     from accelerate import Accelerator
     from safetensors import SafetensorError
-    from test_checkpoint import _model, _Tokenizer
 
     import aiayn_cli.training.training_state as training_state
     from aiayn_cli.cli.app import error_line
@@ -277,10 +285,10 @@ def test_row_10_a_checkpoint_on_a_full_disk_names_the_checkpoint(monkeypatch, tm
                               '"No space left on device" }) (os error 28)')  # fmt: skip
 
     monkeypatch.setattr(training_state, "save_file", full)
-    model = _model(0)
+    model = tiny_model(40, seed=0).train()
     optimizer = torch.optim.Adam(model.parameters())
     with pytest.raises(OSError) as raised:
-        save_checkpoint(Accelerator(cpu=True), model, _Tokenizer(), {"step": 3}, tmp_path, optimizer=optimizer)
+        save_checkpoint(Accelerator(cpu=True), model, StubTokenizer(), {"step": 3}, tmp_path, optimizer=optimizer)
     assert error_line(raised.value) == (f"error: {tmp_path / 'checkpoint-3'}: No space left on device", 2)
     assert list(tmp_path.iterdir()) == []
 

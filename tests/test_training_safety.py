@@ -18,20 +18,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO_ROOT, run_cli
-from test_train_errors import aiayn, one_error_line
-from test_training import (  # noqa: F401  (fixtures)
+from helpers import cli_here as aiayn
+from helpers import one_error_line, run_cli
+from training_task import (  # noqa: F401  (task, uninterrupted: fixtures)
     RESUME_FLAGS,
-    _start,
+    TINY,
     max_difference,
+    start_training,
     task,
     train_args,
     uninterrupted,
     weights,
     write_dictionary_task,
 )
-
-TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 
 
 class _WritesAFile:
@@ -162,7 +161,7 @@ def _signal_when(process, condition, number: int, then_wait: float, timeout: flo
 def test_a_signal_saves_the_step_and_resuming_is_exact(task, tmp_path, uninterrupted, number):
     name, out = signal.Signals(number).name, tmp_path / "run"
     for _attempt in range(5):  # the signal must land after the first checkpoint and before the end
-        process = _start(task, out, *RESUME_FLAGS)
+        process = start_training(task, out, *RESUME_FLAGS)
         sent = _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), number, random.uniform(0.0, 1.0))
         stderr = process.communicate()[1]
         if sent and process.returncode == 128 + number:
@@ -211,7 +210,7 @@ def _second_signal_after_the_first_is_taken(process, number: int) -> str:
 def test_a_second_signal_stops_at_once(task, tmp_path):
     out = tmp_path / "run"
     for _attempt in range(10):  # the second signal must come before the first one's checkpoint is written
-        process = _start(task, out, *RESUME_FLAGS)
+        process = start_training(task, out, *RESUME_FLAGS)
         assert _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGTERM, 0.2)
         stderr = _second_signal_after_the_first_is_taken(process, signal.SIGTERM)
         finishing = int(re.search(r"SIGTERM: finishing step (\d+), then saving a checkpoint", stderr)[1])
@@ -234,7 +233,7 @@ def test_a_second_signal_stops_at_once(task, tmp_path):
 @pytest.mark.slow
 def test_two_runs_started_together_one_trains_the_other_refuses(task, tmp_path, uninterrupted):
     out = tmp_path / "run"
-    processes = [_start(task, out, *RESUME_FLAGS), _start(task, out, *RESUME_FLAGS)]
+    processes = [start_training(task, out, *RESUME_FLAGS), start_training(task, out, *RESUME_FLAGS)]
     errors = [p.communicate()[1] for p in processes]
     codes = [p.returncode for p in processes]
     assert sorted(codes) == [0, 2], errors

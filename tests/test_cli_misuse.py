@@ -1,5 +1,5 @@
 """What a careless user (or an attacker) does to the CLI: each gets one `error:` line and exit 2, and
-nothing is lost or half-written (issue 11's table, the training rows aside: `test_run_safety.py`)."""
+nothing is lost or half-written (the training rows aside: `test_training_safety.py`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO_ROOT, cli_env, save_tiny_model
-from test_train_errors import aiayn, one_error_line
+from helpers import REPO_ROOT, cli_env, fill_disk, one_error_line, save_tiny_model, small_tmpfs, snapshot  # noqa: F401  (small_tmpfs: a fixture)
+from helpers import cli_here as aiayn
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 
@@ -22,10 +22,6 @@ TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def damaged(tmp_path: Path, tiny: Path, how: str) -> Path:
@@ -275,39 +271,12 @@ FULL_DISK_COMMANDS = {
 }
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 1 MiB tmpfs, filled up (skipped where it cannot be mounted: mounting needs root)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the full-disk tests need root")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
-
-
-def _fill(folder: Path) -> None:
-    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        for chunk in (65536, 4096, 1):
-            while True:
-                try:
-                    os.write(fd, b"\0" * chunk)
-                except OSError:
-                    break
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("command", list(FULL_DISK_COMMANDS))
 def test_a_full_disk_is_one_line_and_leaves_nothing(monkeypatch, capsys, tmp_path, tiny, small_tmpfs, command):
     text = tmp_path / "text.txt"
     text.write_text("".join(f"w{i % 60 + 4} w{i % 7 + 4}\n" for i in range(40)))
     (tmp_path / "copy.txt").write_text(text.read_text())
-    _fill(small_tmpfs)
+    fill_disk(small_tmpfs)
     ctx = {"tiny": tiny, "text": text, "copy": tmp_path / "copy.txt", "dir": small_tmpfs}
     code, _, err = aiayn(monkeypatch, capsys, *FULL_DISK_COMMANDS[command](ctx))
     lines = err.strip().splitlines()  # train-tokenizer reports the data it read first
@@ -331,7 +300,7 @@ def test_debug_shows_the_traceback_of_a_full_disk(monkeypatch, capsys, tmp_path,
 
     source = tmp_path / "x.txt"
     source.write_text("w5 w6\n")
-    _fill(small_tmpfs)
+    fill_disk(small_tmpfs)
     monkeypatch.setenv("AIAYN_DEBUG", "0")  # --debug sets it; restored after the test
     args = ["translate", "-m", tiny, "-i", source, "-o", small_tmpfs / "hyp.txt", "--beam", "1"]
     monkeypatch.setattr(sys, "argv", ["aiayn", "--debug", *map(str, args)])
