@@ -114,15 +114,17 @@ class Projection(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """An `nn.LayerNorm` prepared: its function on its (shared) parameters."""
+    """An `nn.LayerNorm` prepared: its function on its parameters, the model's tensors (held as a plain
+    pair, which is read without `nn.Module.__getattr__`, not registered again)."""
 
     def __init__(self, norm: nn.LayerNorm):
         super().__init__()
         self.shape, self.eps = norm.normalized_shape, norm.eps
-        self.weight, self.bias = norm.weight, norm.bias
+        self.affine = (norm.weight, norm.bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+        weight, bias = self.affine
+        return torch.layer_norm(x, self.shape, weight, bias, self.eps)
 
     forward = __call__
 
