@@ -63,7 +63,7 @@ def _line(monkeypatch, capsys, *args) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_row_2_train_tokenizer_never_deletes_a_corpus_or_a_model(monkeypatch, capsys, tmp_path, tiny):
+def test_train_tokenizer_never_deletes_a_corpus_or_a_model(monkeypatch, capsys, tmp_path, tiny):
     data, model = _data(tmp_path / "D"), _copy(tiny, tmp_path / "model")
     before = snapshot(tmp_path)
     common = ["train-tokenizer", "--data-dir", data, "-s", "en", "-t", "de", "--vocab-size", "300", "--overwrite"]
@@ -74,7 +74,7 @@ def test_row_2_train_tokenizer_never_deletes_a_corpus_or_a_model(monkeypatch, ca
     assert snapshot(tmp_path) == before
 
 
-def test_row_3_evaluate_never_writes_over_the_references(monkeypatch, capsys, tmp_path, tiny):
+def test_evaluate_never_writes_over_the_references(monkeypatch, capsys, tmp_path, tiny):
     data = _data(tmp_path / "D")
     before = (data / "test.de").read_bytes()
     args = ["evaluate", "--model", tiny, "--data-dir", data, "-s", "en", "-t", "de", "--split", "test"]
@@ -83,7 +83,7 @@ def test_row_3_evaluate_never_writes_over_the_references(monkeypatch, capsys, tm
     assert (data / "test.de").read_bytes() == before
 
 
-def test_row_4_a_vocabulary_size_out_of_range_is_one_line_not_an_abort(monkeypatch, capsys, tmp_path):
+def test_a_vocabulary_size_out_of_range_is_one_line_not_an_abort(monkeypatch, capsys, tmp_path):
     data = _data(tmp_path / "D")
     args = ["train-tokenizer", "--data-dir", data, "-s", "en", "-t", "de", "-o", tmp_path / "tok"]
     line = _line(monkeypatch, capsys, *args, "--vocab-size", "99999999999")
@@ -108,7 +108,7 @@ def _edited_weights(tiny: Path, folder: Path, edit) -> Path:
     return folder
 
 
-def test_row_5_weights_holding_nan_are_named_at_load(monkeypatch, capsys, tmp_path, tiny):
+def test_weights_holding_nan_are_named_at_load(monkeypatch, capsys, tmp_path, tiny):
     name = "model.encoder.layers.0.feed_forward.w_1.weight"
 
     def poison(weights):
@@ -132,7 +132,7 @@ def load_shape(model: Path, name: str) -> tuple[int, ...]:
         return tuple(weights.get_slice(name).get_shape())
 
 
-def test_row_6_pickled_weights_are_never_loaded_and_said_so_in_one_line(monkeypatch, capsys, tmp_path, tiny):
+def test_pickled_weights_are_never_loaded_and_said_so_in_one_line(monkeypatch, capsys, tmp_path, tiny):
     from safetensors.torch import load_file
 
     model = _copy(tiny, tmp_path / "pickled")
@@ -153,7 +153,7 @@ def test_row_6_pickled_weights_are_never_loaded_and_said_so_in_one_line(monkeypa
     assert loaded == [] and sorted(p.name for p in tmp_path.iterdir()) == ["pickled"]
 
 
-def test_row_13_weights_the_config_does_not_use_are_refused(monkeypatch, capsys, tmp_path, tiny):
+def test_weights_the_config_does_not_use_are_refused(monkeypatch, capsys, tmp_path, tiny):
     model = _copy(tiny, tmp_path / "fewer-layers")
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "num_decoder_layers": 1}))
@@ -168,7 +168,7 @@ def test_row_13_weights_the_config_does_not_use_are_refused(monkeypatch, capsys,
 
 
 @pytest.mark.parametrize("seed", ["-1", "1180591620717411303424"])
-def test_row_7_a_seed_out_of_range_is_one_line(monkeypatch, capsys, tmp_path, tiny, seed):
+def test_a_seed_out_of_range_is_one_line(monkeypatch, capsys, tmp_path, tiny, seed):
     line = _line(monkeypatch, capsys, "train", TINY, "--tokenizer", tiny, "-o", tmp_path / "run", "--seed", seed)
     assert line.startswith("error: --seed must be ") and line.endswith(f", got {seed}"), line
     assert not (tmp_path / "run").exists()
@@ -186,7 +186,7 @@ def _run_with_a_checkpoint(tmp_path: Path, tiny: Path, state: dict) -> tuple[lis
     return ["train", TINY, *flags], checkpoint
 
 
-def test_row_8_a_damaged_trainer_state_is_named_before_the_data_is_read(monkeypatch, capsys, tmp_path, tiny):
+def test_a_damaged_trainer_state_is_named_before_the_data_is_read(monkeypatch, capsys, tmp_path, tiny):
     import aiayn_cli.training.trainer as trainer
 
     monkeypatch.setattr(trainer, "load_data", lambda *a: pytest.fail("the data was loaded"))
@@ -200,7 +200,7 @@ def test_row_8_a_damaged_trainer_state_is_named_before_the_data_is_read(monkeypa
 
 
 @pytest.mark.parametrize("damage", ["truncated", "other shape"])
-def test_row_8_a_damaged_optimizer_json_is_named(tmp_path, damage):
+def test_a_damaged_optimizer_json_is_named(tmp_path, damage):
     from accelerate import Accelerator
 
     from aiayn_cli.training.training_state import load_training_state, save_training_state
@@ -220,7 +220,7 @@ def test_row_8_a_damaged_optimizer_json_is_named(tmp_path, damage):
     assert ("damaged or truncated" if damage == "truncated" else "not the state aiayn saved") in str(raised.value)
 
 
-def test_row_15_a_data_folder_spelled_relative_or_absolute_is_the_same_run(monkeypatch, tmp_path):
+def test_a_data_folder_spelled_relative_or_absolute_is_the_same_run(monkeypatch, tmp_path):
     from aiayn_cli.training.recipe import load_recipe, recipe_differences
 
     _data(tmp_path / "data")
@@ -233,7 +233,7 @@ def test_row_15_a_data_folder_spelled_relative_or_absolute_is_the_same_run(monke
     assert recipe_differences(spelled[0], other) == ["data.data_dir: 'data' -> 'other'"]
 
 
-def test_row_18_a_refused_run_leaves_no_lock_file(monkeypatch, capsys, tmp_path, tiny):
+def test_a_refused_run_leaves_no_lock_file(monkeypatch, capsys, tmp_path, tiny):
     folder = tmp_path / "documents"
     folder.mkdir()
     (folder / "notes.txt").write_text("mine\n")
@@ -255,7 +255,7 @@ def _fill_leaving(folder: Path, free: int) -> None:
 
 
 @pytest.mark.parametrize("command", ["average", "push", "export"])
-def test_row_10_a_disk_that_fills_while_the_weights_are_written(
+def test_a_disk_that_fills_while_the_weights_are_written(
     monkeypatch, capsys, tmp_path, tiny, small_tmpfs, command
 ):
     _fill_leaving(small_tmpfs, 96 * 1024)  # the configs and tokenizer fit, model.safetensors (~1 MB) does not
@@ -270,7 +270,7 @@ def test_row_10_a_disk_that_fills_while_the_weights_are_written(
     assert "damaged" not in line and [p.name for p in small_tmpfs.iterdir()] == ["filler"]
 
 
-def test_row_10_a_checkpoint_on_a_full_disk_names_the_checkpoint(monkeypatch, tmp_path):
+def test_a_checkpoint_on_a_full_disk_names_the_checkpoint(monkeypatch, tmp_path):
     """safetensors reports a full disk as its own error ('os error 28'): the line names the checkpoint
     being written, not a damaged input, and nothing half-written stays."""
     from accelerate import Accelerator
@@ -293,7 +293,7 @@ def test_row_10_a_checkpoint_on_a_full_disk_names_the_checkpoint(monkeypatch, tm
     assert list(tmp_path.iterdir()) == []
 
 
-def test_row_9_train_tokenizer_onto_a_full_disk(monkeypatch, capsys, tmp_path, small_tmpfs):
+def test_train_tokenizer_onto_a_full_disk(monkeypatch, capsys, tmp_path, small_tmpfs):
     data = _data(tmp_path / "D", lines=200)
     _fill_leaving(small_tmpfs, 4 * 1024)
     args = ["train-tokenizer", "--data-dir", data, "-s", "en", "-t", "de", "--vocab-size", "300"]
@@ -307,8 +307,8 @@ def test_row_9_train_tokenizer_onto_a_full_disk(monkeypatch, capsys, tmp_path, s
 # ---------------------------------------------------------------------------------------------
 
 
-def test_row_11_a_missing_local_folder_is_said_so_not_looked_up_on_the_hub(monkeypatch, capsys, tmp_path, tiny):
-    """(A recipe with `tokenizer_training` builds a missing tokenizer folder instead: not this row.)"""
+def test_a_missing_local_folder_is_said_so_not_looked_up_on_the_hub(monkeypatch, capsys, tmp_path, tiny):
+    """(A recipe with `tokenizer_training` builds a missing tokenizer folder instead: not this case.)"""
     missing = tmp_path / "no-such-folder"
     data = _data(tmp_path / "D")
     flags = ["--data-dir", data, "-s", "en", "-t", "de", "--tokenizer", missing, "--set", "tokenizer_training=null"]
@@ -322,7 +322,7 @@ def test_row_11_a_missing_local_folder_is_said_so_not_looked_up_on_the_hub(monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["D"]
 
 
-def test_row_12_average_copies_no_pickle_and_no_foreign_code(monkeypatch, capsys, tmp_path, tiny):
+def test_average_copies_no_pickle_and_no_foreign_code(monkeypatch, capsys, tmp_path, tiny):
     first, second = _copy(tiny, tmp_path / "a"), _copy(tiny, tmp_path / "b")
     torch.save({"x": torch.ones(1)}, second / "pytorch_model.bin")
     (second / "modeling_aiayn.py").write_text("import os  # planted\n")
@@ -333,7 +333,7 @@ def test_row_12_average_copies_no_pickle_and_no_foreign_code(monkeypatch, capsys
     assert "planted" not in (tmp_path / "avg" / "modeling_aiayn.py").read_text()
 
 
-def test_row_14_utf16_without_a_byte_order_mark_is_refused_not_misread(monkeypatch, capsys, tmp_path, tiny):
+def test_utf16_without_a_byte_order_mark_is_refused_not_misread(monkeypatch, capsys, tmp_path, tiny):
     source = tmp_path / "utf16.txt"
     source.write_bytes("w5 w6\nw7 w8\nw9\n".encode("utf-16-le"))  # 3 lines; once read as 4
     line = _line(monkeypatch, capsys, "translate", "-m", tiny, "-i", source, "-o", tmp_path / "out.txt")
@@ -348,7 +348,7 @@ def test_row_14_utf16_without_a_byte_order_mark_is_refused_not_misread(monkeypat
     assert not (tmp_path / "out.txt").exists()
 
 
-def test_row_16_attention_replaces_its_own_files_never_the_users(monkeypatch, capsys, tmp_path, tiny):
+def test_attention_replaces_its_own_files_never_the_users(monkeypatch, capsys, tmp_path, tiny):
     out = tmp_path / "att"
     args = ["attention", "-m", tiny, "w5 w6", "-o", out, "-f", "html", "-f", "json"]
     for _ in range(2):  # a second run replaces what the first wrote
@@ -363,14 +363,14 @@ def test_row_16_attention_replaces_its_own_files_never_the_users(monkeypatch, ca
     assert code == 0 and (out / "explorer.html").read_text() != "my notes\n", err
 
 
-def test_row_18_push_checks_the_repo_id_before_writing(monkeypatch, capsys, tmp_path, tiny):
+def test_push_checks_the_repo_id_before_writing(monkeypatch, capsys, tmp_path, tiny):
     for repo_id in ("/m", "u/", "a/b/c", "u/m.", "a--b/c", "u/ m"):
         args = ["push", "-m", tiny, "--repo-id", repo_id, "--dry-run", "--output-dir", tmp_path / "hub"]
         assert _line(monkeypatch, capsys, *args).startswith(f"error: --repo-id {repo_id!r}: "), repo_id
     assert not (tmp_path / "hub").exists()
 
 
-def test_row_18_the_pickle_check_looks_through_links(tmp_path):
+def test_the_pickle_check_looks_through_links(tmp_path):
     from aiayn_cli.training.training_state import check_no_pickles
 
     checkpoint, elsewhere = tmp_path / "checkpoint-10", tmp_path / "elsewhere"
@@ -388,7 +388,7 @@ def test_row_18_the_pickle_check_looks_through_links(tmp_path):
         check_no_pickles(checkpoint)
 
 
-def test_row_18_a_second_signal_removes_the_checkpoint_being_written(monkeypatch, tmp_path):
+def test_a_second_signal_removes_the_checkpoint_being_written(monkeypatch, tmp_path):
     from aiayn_cli.training.loop import Run
     from aiayn_cli.training.signals import StopSignals
 
@@ -405,7 +405,7 @@ def test_row_18_a_second_signal_removes_the_checkpoint_being_written(monkeypatch
 
 
 # ---------------------------------------------------------------------------------------------
-# Row 17: serve answers in its JSON error shape, with strict types
+# serve answers in its JSON error shape, with strict types
 # ---------------------------------------------------------------------------------------------
 
 
@@ -430,17 +430,17 @@ def client(tiny):
         ("length_penalty", "0.6", "length_penalty: Input should be a valid number"),
     ],
 )
-def test_row_17_request_types_are_strict(client, field, value, said):
+def test_request_types_are_strict(client, field, value, said):
     answer = client.post("/v1/translate", json={"text": "w5 w6", field: value})
     assert answer.status_code == 422 and answer.json() == {"error": said}, answer.text
 
 
-def test_row_17_numbers_still_pass_as_numbers(client):
+def test_numbers_still_pass_as_numbers(client):
     answer = client.post("/v1/translate", json={"text": "w5 w6", "beam": 2, "length_penalty": 1})
     assert answer.status_code == 200, answer.text
 
 
-def test_row_17_deeply_nested_json_is_said_so(client):
+def test_deeply_nested_json_is_said_so(client):
     body = "[" * 100_000 + "]" * 100_000
     answer = client.post("/v1/translate", content=body, headers={"content-type": "application/json"})
     assert answer.status_code in (400, 413) and set(answer.json()) == {"error"}, answer.text
@@ -448,7 +448,7 @@ def test_row_17_deeply_nested_json_is_said_so(client):
         assert answer.json() == {"error": "the body's JSON is nested too deeply"}
 
 
-def test_row_17_a_request_that_is_not_http_gets_the_json_error_shape(tiny):
+def test_a_request_that_is_not_http_gets_the_json_error_shape(tiny):
     import uvicorn
 
     from aiayn_cli.decoding.translator import Translator
