@@ -1,5 +1,7 @@
-"""What `pip install aiayn-cli` ships: every subpackage, the metric modules and the recipes."""
+"""What `pip install aiayn-cli` ships: every subpackage, the metric modules and the recipes; and no two
+of its modules import each other."""
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,48 @@ def test_the_public_names_the_readme_uses_import():
     assert score is aiayn_cli.evaluation.score and metric_path("sacrebleu").endswith("aiayn_sacrebleu")
     with pytest.raises(AttributeError):
         aiayn_cli.NoSuchName  # noqa: B018
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each module of aiayn_cli -> the modules of aiayn_cli it imports when it is imported (module-level
+    imports; those inside functions and under `if TYPE_CHECKING:` run later or never)."""
+    files = {}
+    for path in (REPO_ROOT / "aiayn_cli").rglob("*.py"):
+        parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        imported = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parents = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parents + ([node.module] if node.module else []))
+                imported.update(
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names
+                )
+        graph[module] = {name for name in imported if name in files and name != module}
+    return graph
+
+
+def test_no_import_circle_in_the_package():
+    """A module that imports another which imports it back (directly or round a longer circle) is named."""
+    graph = _module_imports()
+    assert len(graph) > 50 and "aiayn_cli.decoding.search" in graph["aiayn_cli.decoding.translator"]
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            pytest.fail("import circle: " + " -> ".join(path[path.index(module) :] + [module]))
+        if module in done:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, path + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
