@@ -255,9 +255,7 @@ def _fill_leaving(folder: Path, free: int) -> None:
 
 
 @pytest.mark.parametrize("command", ["average", "push", "export"])
-def test_a_disk_that_fills_while_the_weights_are_written(
-    monkeypatch, capsys, tmp_path, tiny, small_tmpfs, command
-):
+def test_a_disk_that_fills_while_the_weights_are_written(monkeypatch, capsys, tmp_path, tiny, small_tmpfs, command):
     _fill_leaving(small_tmpfs, 96 * 1024)  # the configs and tokenizer fit, model.safetensors (~1 MB) does not
     out = small_tmpfs / "out"
     args = {
