@@ -16,13 +16,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, cli_env, run_cli
+from helpers import cli_env, run_cli
 from training_task import max_difference, weights, write_dictionary_task
+from training_task import train_args as task_train_args
 
 from aiayn_cli.training.checkpoint import list_checkpoints
 from benchmarks.two_machines import LAUNCHER, finish, launch_two_machines, stop_one_in_the_middle
 
-TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 STEPS = 40
 pytestmark = [
     pytest.mark.slow,
@@ -47,35 +47,16 @@ def task(tmp_path_factory):
     return {"root": root, "data": data, "tokenizer": root / "tok", "env": env}
 
 
+# The two-machine runs: `training_task.train_args` with a short budget, every checkpoint kept.
+RUN_FLAGS = (
+    *("--max-steps", str(STEPS), "--set", "checkpoint_every_steps=4", "--set", f"valid_every_steps={STEPS}"),
+    *("--set", "valid_bleu_samples=4", "--set", "keep_last=20", "--set", "average_last=null"),
+    *("--set", "trackers=[]"),
+)
+
+
 def train_args(task, output: Path, *extra: str) -> list[str]:
-    return [
-        "train",
-        str(TINY),
-        "--data-dir",
-        str(task["data"]),
-        "--tokenizer",
-        str(task["tokenizer"]),
-        "-o",
-        str(output),
-        "--no-progress",
-        "--precision",
-        "fp32",
-        "--max-steps",
-        str(STEPS),
-        "--set",
-        "checkpoint_every_steps=4",
-        "--set",
-        f"valid_every_steps={STEPS}",
-        "--set",
-        "valid_bleu_samples=4",
-        "--set",
-        "keep_last=20",
-        "--set",
-        "average_last=null",
-        "--set",
-        "trackers=[]",
-        *extra,
-    ]
+    return task_train_args(task, output, *RUN_FLAGS, *extra)
 
 
 def launch(task, output: Path, *extra: str):

@@ -4,12 +4,10 @@ as an uninterrupted run; a kill during a checkpoint write leaves the previous on
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from training_task import (  # noqa: F401  (task, uninterrupted: fixtures)
     RESUME_FLAGS,
     TINY,
     max_difference,
+    signal_when,
     start_training,
     task,
     train_args,
@@ -78,21 +77,6 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     assert "data_dir: " + str(task["data"]) in (out / "recipe.yaml").read_text()
     assert (out / "learning_curve.png").stat().st_size > 10_000
     assert list((out / "logs").rglob("events.out.tfevents.*"))
-
-
-def _kill_when(process: subprocess.Popen, condition, timeout: float = 120.0, then_wait: float = 0.0) -> bool:
-    """kill -9 `process` `then_wait` seconds after `condition()` holds; False if it ended first."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    time.sleep(then_wait)
-    if process.poll() is not None:
-        return False
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    return True
 
 
 def _train_lrs(records: list[dict]) -> list[tuple[int, float]]:
@@ -176,7 +160,8 @@ def test_kill_and_resume_gives_the_same_weights(task, tmp_path, uninterrupted):
     out = tmp_path / "run"
     for _attempt in range(5):  # the kill must land after the first checkpoint and before the end
         process = start_training(task, out, *RESUME_FLAGS)
-        killed = _kill_when(process, lambda: (out / "checkpoint-3").is_dir(), then_wait=random.uniform(0.0, 1.0))
+        killed = signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGKILL, random.uniform(0.0, 1.0))
+        process.communicate()
         if killed and not (out / "checkpoint-60").exists():
             break
         import shutil
@@ -208,7 +193,10 @@ def test_kill_during_a_checkpoint_write(task, tmp_path, uninterrupted):
     out = tmp_path / "run"
     for _attempt in range(10):  # kill -9 the moment a checkpoint's temporary folder appears
         process = start_training(task, out, *RESUME_FLAGS)
-        killed = _kill_when(process, lambda: (out / "checkpoint-6").is_dir() and any(out.glob("checkpoint-*.tmp")))
+        killed = signal_when(
+            process, lambda: (out / "checkpoint-6").is_dir() and any(out.glob("checkpoint-*.tmp")), signal.SIGKILL
+        )
+        process.communicate()
         if killed and any(out.glob("checkpoint-*.tmp")):
             break
         import shutil

@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from training_task import (  # noqa: F401  (task, uninterrupted: fixtures)
     RESUME_FLAGS,
     TINY,
     max_difference,
+    signal_when,
     start_training,
     task,
     train_args,
@@ -142,27 +142,13 @@ def test_under_bf16_the_loss_reads_the_bf16_scores_compiled(monkeypatch, capsys,
     assert all(torch.isfinite(t).all() for t in weights(out / "checkpoint-2").values())
 
 
-def _signal_when(process, condition, number: int, then_wait: float, timeout: float = 300.0) -> bool:
-    """Send `number` to `process` `then_wait` seconds after `condition()` holds; False if it ended first."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    time.sleep(then_wait)
-    if process.poll() is not None:
-        return False
-    process.send_signal(number)
-    return True
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_saves_the_step_and_resuming_is_exact(task, tmp_path, uninterrupted, number):
     name, out = signal.Signals(number).name, tmp_path / "run"
     for _attempt in range(5):  # the signal must land after the first checkpoint and before the end
         process = start_training(task, out, *RESUME_FLAGS)
-        sent = _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), number, random.uniform(0.0, 1.0))
+        sent = signal_when(process, lambda: (out / "checkpoint-3").is_dir(), number, random.uniform(0.0, 1.0))
         stderr = process.communicate()[1]
         if sent and process.returncode == 128 + number:
             break
@@ -211,7 +197,7 @@ def test_a_second_signal_stops_at_once(task, tmp_path):
     out = tmp_path / "run"
     for _attempt in range(10):  # the second signal must come before the first one's checkpoint is written
         process = start_training(task, out, *RESUME_FLAGS)
-        assert _signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGTERM, 0.2)
+        assert signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGTERM, 0.2)
         stderr = _second_signal_after_the_first_is_taken(process, signal.SIGTERM)
         finishing = int(re.search(r"SIGTERM: finishing step (\d+), then saving a checkpoint", stderr)[1])
         if "SIGTERM again" not in stderr:  # too late: the step and its checkpoint were done first

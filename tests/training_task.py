@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,23 @@ def start_training(task, output: Path, *extra: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def signal_when(
+    process: subprocess.Popen, condition, number: int, then_wait: float = 0.0, timeout: float = 300.0
+) -> bool:
+    """Send signal `number` to `process` `then_wait` seconds after `condition()` holds; False if the
+    process ended first (or `condition` did not hold within `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    time.sleep(then_wait)
+    if process.poll() is not None:
+        return False
+    process.send_signal(number)
+    return True
 
 
 RESUME_FLAGS = (

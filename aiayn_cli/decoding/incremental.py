@@ -90,8 +90,7 @@ def _onednn_available() -> bool:
 
 
 # The prepared leaves below define `__call__` as their forward: calling one skips `nn.Module.__call__`'s
-# hook checks (a decoding step calls some 15 leaves a layer, each a few microseconds at batch 1), so
-# hooks registered on them do not run.
+# hook checks (a decoding step calls some 15 leaves a layer), so hooks registered on them do not run.
 
 
 class Projection(nn.Module):

@@ -103,12 +103,12 @@ def _force_eos(lprobs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
 def top_k(x: torch.Tensor, k: int, chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     """`x.topk(k, dim=1)` for rows much longer than k, as beam search's candidates are (beams * vocab).
 
-    PyTorch's CPU top-k reads a row at some 3 GB/s, slower than the step's log-softmax; the maxima of
+    PyTorch's CPU top-k reads a long row more slowly than the step's log-softmax does; the maxima of
     chunks of `chunk` columns take one fast pass instead. The k best values lie in the k chunks with the
     best maxima (a value outside them has k chunk maxima above it), so one small top-k picks those
     chunks and another their best k values: the same values and ids as `topk` (ties aside, whose
     order `topk` does not define either; in a row with fewer than k values above -inf, the ids of its
-    -inf values may repeat), 4-7x faster at base's rows.
+    -inf values may repeat). CPU only: elsewhere `topk` itself.
     """
     rows, length = x.shape
     if x.device.type != "cpu" or length <= k * chunk:

@@ -99,7 +99,7 @@ def _backward_grad(logits, lse, targets, weight, grad_loss, grad_nll, epsilon: f
     grad = p.mul_(scale).sub_(uniform).to(logits.dtype)
     p_target = (logits.gather(-1, targets[..., None]).float() - lse).exp()
     at = (p_target * scale - uniform - at_target).to(logits.dtype)
-    # written by indexing (index_put_): PyTorch's CPU scatter_ is 1,000x slower on bf16 than on float32
+    # written by indexing (index_put_): PyTorch's CPU scatter_ is far slower on bf16 than on float32
     positions = torch.arange(targets.numel(), device=targets.device)
     grad.view(-1, grad.size(-1))[positions, targets.reshape(-1)] = at.reshape(-1)
     return grad
