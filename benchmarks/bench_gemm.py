@@ -1,11 +1,14 @@
-"""GFLOP/s of the decoder's projections: `F.linear` (PyTorch's BLAS call) against `Projection` (oneDNN, prepacked).
+"""GFLOP/s of the decoder's projections: `F.linear` (PyTorch's BLAS call), the same on the weight stored
+transposed, and oneDNN's prepacked kernel (what `Projection` calls on more than `FEW_ROWS` rows).
 
     python benchmarks/bench_gemm.py                 # 1 thread, base dimensions, 4 to 128 rows
     python benchmarks/bench_gemm.py --threads 2 --d-model 256 --d-ff 1024 --vocab 10000
 
 The shapes are those of one decoding step with `rows` hypotheses (sentences x beams): the fused
 self-attention projection, the feed-forward network's two maps and the pre-softmax projection.
-Each number is the median of `--repeats` calls after warm-up.
+Each number is the median of `--repeats` calls after warm-up. `linear_map` takes the BLAS GEMM on the
+transposed weight for a float32 weight of at most `SMALL_WEIGHT` elements on at most `FEW_ROWS` rows, and
+the prepacked kernel otherwise: the table is what that choice rests on, on the machine it runs on.
 """
 
 from __future__ import annotations
@@ -18,11 +21,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.incremental import Projection  # noqa: E402
+from aiayn_cli.decoding.incremental import FEW_ROWS, SMALL_WEIGHT, _onednn_available  # noqa: E402
 from aiayn_cli.precision import machine_summary  # noqa: E402
 
 
@@ -54,20 +56,22 @@ def main() -> None:
         "lm_head": (args.d_model, args.vocab),
     }
     print(machine_summary())
-    print(f"GFLOP/s of F.linear -> Projection (oneDNN prepacked: {Projection(nn.Linear(1, 1)).packed is not None})")
+    print(f"GFLOP/s of F.linear / F.linear on W^T stored / oneDNN prepacked (available: {_onednn_available()})")
+    print(f"linear_map: BLAS on W^T for at most {FEW_ROWS} rows and {SMALL_WEIGHT:,} weight elements (float32)")
     print("| projection | in x out | " + " | ".join(f"{n} rows" for n in args.rows) + " |")
     print("|---|---|" + "---|" * len(args.rows))
     for name, (fan_in, fan_out) in shapes.items():
-        linear = nn.Linear(fan_in, fan_out)
-        weight, bias = linear.weight.detach(), linear.bias.detach()
-        projection = Projection(linear)
+        weight, bias = torch.randn(fan_out, fan_in) / fan_in**0.5, torch.zeros(fan_out)
+        transposed = weight.t().contiguous().t()
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64) if _onednn_available() else None
         cells = []
         for n in args.rows:
             x = torch.randn(n, fan_in)
             flop = 2 * n * fan_in * fan_out
-            blas = flop / median_seconds(lambda: F.linear(x, weight, bias), args.repeats) / 1e9
-            onednn = flop / median_seconds(lambda: projection(x), args.repeats) / 1e9
-            cells.append(f"{blas:.0f} -> {onednn:.0f}")
+            functions = [lambda: F.linear(x, weight, bias), lambda: F.linear(x, transposed, bias)]
+            if packed is not None:
+                functions.append(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""))
+            cells.append(" / ".join(f"{flop / median_seconds(fn, args.repeats) / 1e9:.0f}" for fn in functions))
         print(f"| {name} | {fan_in} x {fan_out} | " + " | ".join(cells) + " |")
 
 

@@ -140,16 +140,19 @@ def test_every_config_field_is_switched_by_the_equivalence_tests():
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn-where-it-runs", "public-fallback"])
-def test_linear_map_computes_what_f_linear_does(monkeypatch, relu, dtype, onednn):
-    """`linear_map`: oneDNN's prepacked kernel where it runs (else, or with oneDNN hidden, F.linear), the
-    same numbers as F.linear (+ ReLU) to the rounding of `dtype` (fp32: 1e-5; bf16, fp16: 2e-2)."""
+@pytest.mark.parametrize("shape", [(5, 16), (3, 1, 16), (40, 16)], ids=["few-rows", "few-rows-3d", "many-rows"])
+def test_linear_map_computes_what_f_linear_does(monkeypatch, relu, dtype, onednn, shape):
+    """`linear_map`: oneDNN's prepacked kernel where it runs (a small fp32 weight on at most `FEW_ROWS`
+    rows: the BLAS GEMM on the transposed weight; else, or with oneDNN hidden, F.linear), the same numbers
+    as F.linear (+ ReLU) to the rounding of `dtype` (fp32: 1e-5; bf16, fp16: 2e-2)."""
     from aiayn_cli.decoding import incremental
 
     if not onednn:
         monkeypatch.setattr(incremental, "_onednn_available", lambda: False)
     generator = torch.Generator().manual_seed(0)
     weight, bias = torch.randn(24, 16, generator=generator), torch.randn(24, generator=generator)
-    x = torch.randn(5, 16, generator=generator)
+    x = torch.randn(*shape, generator=generator)
+    assert (x.numel() // 16 <= incremental.FEW_ROWS) == (shape != (40, 16))
     weight, bias, x = weight.to(dtype), bias.to(dtype), x.to(dtype)
     function, packed = linear_map(weight, bias, relu=relu)
     expected = F.linear(x.float(), weight.float(), bias.float())

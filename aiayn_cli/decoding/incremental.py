@@ -43,6 +43,13 @@ UNSUPPORTED_CONFIG_FIELDS: frozenset[str] = frozenset()
 
 PROJECTION_DTYPES = ("float", "int8")
 
+# A float32 linear map whose weight has at most `SMALL_WEIGHT` elements, called on at most `FEW_ROWS`
+# rows, runs faster as the BLAS GEMM on the weight stored transposed than as oneDNN's prepacked kernel,
+# whose fixed cost per call outweighs its speed there (`benchmarks/bench_gemm.py`'s last column): the
+# steps of a decode with few hypotheses (one sentence, beam 4) call such maps some 18 times a step.
+FEW_ROWS = 16
+SMALL_WEIGHT = 1 << 18
+
 
 # ---------------------------------------------------------------------------------------------
 # The linear maps: prepacked for oneDNN, or int8
@@ -59,7 +66,8 @@ def linear_map(
     AVX-512 (AMD). Its operators are private to PyTorch (`torch.ops.mkldnn._reorder_linear_weight`,
     `_linear_pointwise`), so this is the one place that names them, and the public `F.linear` is the
     answer wherever they are missing or fail (not on a CPU, no oneDNN, a dtype without a kernel: fp16
-    on most CPUs).
+    on most CPUs). A small float32 weight (`SMALL_WEIGHT`) is also kept transposed for the BLAS GEMM,
+    which computes calls on at most `FEW_ROWS` rows.
     """
     weight = weight.detach()
     bias = bias.detach() if bias is not None else None
@@ -73,12 +81,31 @@ def linear_map(
                 return kernel(x, packed, bias, activation, [], "")
 
             prepacked(weight.new_zeros(1, weight.size(1)))
-            return prepacked, True
+            if weight.dtype != torch.float32 or weight.numel() > SMALL_WEIGHT:
+                return prepacked, True
+            few_rows = _blas_on_transposed(weight, bias, relu)
+            columns = weight.size(1)
+
+            def by_rows(x: torch.Tensor) -> torch.Tensor:
+                return few_rows(x) if x.numel() <= FEW_ROWS * columns else prepacked(x)
+
+            return by_rows, True
         except (RuntimeError, AttributeError):
             pass
     if relu:
         return lambda x: F.relu(F.linear(x, weight, bias)), False
     return lambda x: F.linear(x, weight, bias), False
+
+
+def _blas_on_transposed(
+    weight: torch.Tensor, bias: torch.Tensor | None, relu: bool
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`F.linear` on W kept as a contiguous W^T (a view of it passed as W): the BLAS GEMM then reads the
+    weight in its stored order, which is the faster layout for a handful of rows."""
+    weight = weight.t().contiguous().t()
+    if relu:
+        return lambda x: F.relu(F.linear(x, weight, bias))
+    return lambda x: F.linear(x, weight, bias)
 
 
 def _onednn_available() -> bool:
