@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.incremental import FEW_ROWS, SMALL_WEIGHT, _onednn_available  # noqa: E402
+from aiayn_cli.decoding.incremental import FEW_ROWS, SMALL_WEIGHT, prepacked_linear  # noqa: E402
 from aiayn_cli.precision import machine_summary  # noqa: E402
 
 
@@ -56,21 +56,21 @@ def main() -> None:
         "lm_head": (args.d_model, args.vocab),
     }
     print(machine_summary())
-    print(f"GFLOP/s of F.linear / F.linear on W^T stored / oneDNN prepacked (available: {_onednn_available()})")
+    print("GFLOP/s of F.linear / F.linear on W^T stored / oneDNN prepacked (where it runs)")
     print(f"linear_map: BLAS on W^T for at most {FEW_ROWS} rows and {SMALL_WEIGHT:,} weight elements (float32)")
     print("| projection | in x out | " + " | ".join(f"{n} rows" for n in args.rows) + " |")
     print("|---|---|" + "---|" * len(args.rows))
     for name, (fan_in, fan_out) in shapes.items():
         weight, bias = torch.randn(fan_out, fan_in) / fan_in**0.5, torch.zeros(fan_out)
         transposed = weight.t().contiguous().t()
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64) if _onednn_available() else None
+        prepacked = prepacked_linear(weight, bias)
         cells = []
         for n in args.rows:
             x = torch.randn(n, fan_in)
             flop = 2 * n * fan_in * fan_out
             functions = [lambda: F.linear(x, weight, bias), lambda: F.linear(x, transposed, bias)]
-            if packed is not None:
-                functions.append(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""))
+            if prepacked is not None:
+                functions.append(lambda: prepacked(x))
             cells.append(" / ".join(f"{flop / median_seconds(fn, args.repeats) / 1e9:.0f}" for fn in functions))
         print(f"| {name} | {fan_in} x {fan_out} | " + " | ".join(cells) + " |")
 

@@ -45,7 +45,7 @@ PROJECTION_DTYPES = ("float", "int8")
 
 # A float32 linear map whose weight has at most `SMALL_WEIGHT` elements, called on at most `FEW_ROWS`
 # rows, runs faster as the BLAS GEMM on the weight stored transposed than as oneDNN's prepacked kernel,
-# whose fixed cost per call outweighs its speed there (`benchmarks/bench_gemm.py`'s last column): the
+# whose fixed cost per call outweighs its speed there (`benchmarks/bench_gemm.py` measures both): the
 # steps of a decode with few hypotheses (one sentence, beam 4) call such maps some 18 times a step.
 FEW_ROWS = 16
 SMALL_WEIGHT = 1 << 18
@@ -61,48 +61,54 @@ def linear_map(
 ) -> tuple[Callable[[torch.Tensor], torch.Tensor], bool]:
     """x -> x W^T + b for a fixed weight W (max(0, x W^T + b) with `relu`), and whether it is prepacked.
 
-    Prepacked: oneDNN's GEMM on a weight packed once, the kernel `torch.compile` uses for frozen CPU
-    linears, which runs 2-3x faster than the BLAS call of `F.linear` on CPUs where MKL does not use
-    AVX-512 (AMD). Its operators are private to PyTorch (`torch.ops.mkldnn._reorder_linear_weight`,
-    `_linear_pointwise`), so this is the one place that names them, and the public `F.linear` is the
-    answer wherever they are missing or fail (not on a CPU, no oneDNN, a dtype without a kernel: fp16
-    on most CPUs). A small float32 weight (`SMALL_WEIGHT`) is also kept transposed for the BLAS GEMM,
-    which computes calls on at most `FEW_ROWS` rows.
+    Prepacked (`prepacked_linear`) where oneDNN runs, else the public `F.linear`. A small float32 weight
+    (at most `SMALL_WEIGHT` elements) is also kept transposed, and calls on at most `FEW_ROWS` rows take
+    the BLAS GEMM on it: it reads the weight in its stored order, and costs less per call.
     """
     weight = weight.detach()
     bias = bias.detach() if bias is not None else None
-    if weight.device.type == "cpu" and _onednn_available():
-        try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype
-            kernel = torch.ops.mkldnn._linear_pointwise.default._op  # the kernel, called straight
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
-            activation = "relu" if relu else "none"
+    prepacked = prepacked_linear(weight, bias, relu)
+    if prepacked is None:
+        return _f_linear(weight, bias, relu), False
+    if weight.dtype != torch.float32 or weight.numel() > SMALL_WEIGHT:
+        return prepacked, True
+    few_rows = _f_linear(weight.t().contiguous().t(), bias, relu)  # W^T stored, passed as a view of W
+    columns = weight.size(1)
 
-            def prepacked(x: torch.Tensor) -> torch.Tensor:
-                return kernel(x, packed, bias, activation, [], "")
+    def by_rows(x: torch.Tensor) -> torch.Tensor:
+        return few_rows(x) if x.numel() <= FEW_ROWS * columns else prepacked(x)
 
-            prepacked(weight.new_zeros(1, weight.size(1)))
-            if weight.dtype != torch.float32 or weight.numel() > SMALL_WEIGHT:
-                return prepacked, True
-            few_rows = _blas_on_transposed(weight, bias, relu)
-            columns = weight.size(1)
-
-            def by_rows(x: torch.Tensor) -> torch.Tensor:
-                return few_rows(x) if x.numel() <= FEW_ROWS * columns else prepacked(x)
-
-            return by_rows, True
-        except (RuntimeError, AttributeError):
-            pass
-    if relu:
-        return lambda x: F.relu(F.linear(x, weight, bias)), False
-    return lambda x: F.linear(x, weight, bias), False
+    return by_rows, True
 
 
-def _blas_on_transposed(
-    weight: torch.Tensor, bias: torch.Tensor | None, relu: bool
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`F.linear` on W kept as a contiguous W^T (a view of it passed as W): the BLAS GEMM then reads the
-    weight in its stored order, which is the faster layout for a handful of rows."""
-    weight = weight.t().contiguous().t()
+def prepacked_linear(
+    weight: torch.Tensor, bias: torch.Tensor | None, relu: bool = False
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """x -> x W^T + b (max(0, .) with `relu`, fused) as oneDNN's GEMM on W packed once; None where it
+    does not run (not on a CPU, no oneDNN, a dtype without a kernel: fp16 on most CPUs).
+
+    This is the kernel `torch.compile` uses for frozen CPU linears, which runs 2-3x faster than the BLAS
+    call of `F.linear` on CPUs where MKL does not use AVX-512 (AMD). Its operators are private to
+    PyTorch (`torch.ops.mkldnn._reorder_linear_weight`, `_linear_pointwise`): this is the one place
+    that names them.
+    """
+    if weight.device.type != "cpu" or not _onednn_available():
+        return None
+    try:  # packing, and one call, fail where oneDNN lacks a kernel for the dtype
+        kernel = torch.ops.mkldnn._linear_pointwise.default._op  # the kernel, called straight
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+        activation = "relu" if relu else "none"
+
+        def prepacked(x: torch.Tensor) -> torch.Tensor:
+            return kernel(x, packed, bias, activation, [], "")
+
+        prepacked(weight.new_zeros(1, weight.size(1)))
+        return prepacked
+    except (RuntimeError, AttributeError):
+        return None
+
+
+def _f_linear(weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     if relu:
         return lambda x: F.relu(F.linear(x, weight, bias))
     return lambda x: F.linear(x, weight, bias)
@@ -465,4 +471,5 @@ __all__ = [
     "UNSUPPORTED_CONFIG_FIELDS",
     "encode",
     "linear_map",
+    "prepacked_linear",
 ]
