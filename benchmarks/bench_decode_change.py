@@ -2,16 +2,18 @@
 
     python benchmarks/bench_decode_change.py --baseline 4fb1409^      # against the decoder before that commit
     python benchmarks/bench_decode_change.py --baseline main --dims base --batch 1 --repeats 9
+    python benchmarks/bench_decode_change.py --baseline HEAD --dtype int8        # int8 linear maps (bf16: the model)
 
 A change to the model's modules or to the fast decoder can slow `aiayn translate` down by a few
 percent, less than the noise between two runs of `bench_decode.py`. This benchmark makes the
 comparison in one run: it checks the baseline revision out into a temporary git worktree, starts
 one Python process per revision (each imports its own `aiayn_cli`), gives both the same model
-(random float32 weights, the `small` or `base` preset, saved once and loaded by both) and the same
-batch, and alternates them: each repetition times one decode in each process, in turn. Times are
-CPU seconds of the decoding process (`time.process_time`, 1 thread by default), which other jobs
-on the machine disturb far less than wall-clock time. Decoding is `bench_decode.py`'s: beam 4 and
-exactly `--new-tokens` steps per sentence. The ratio is baseline time / current time (above 1:
+(random float32 weights, the `small` or `base` preset, saved once and loaded by both; `--dtype bf16`
+or `int8` as `aiayn translate` takes them) and the same batch, and alternates them: each repetition
+times one decode in each process, in turn. Times are CPU seconds of the decoding process
+(`time.process_time`, 1 thread by default), which other jobs on the machine disturb far less than
+wall-clock time. Decoding is `bench_decode.py`'s: beam 4 and exactly `--new-tokens` steps per
+sentence. The ratio is baseline time / current time (above 1:
 the current checkout is faster), of the medians, and in brackets the median of the per-repetition
 ratios. Two processes running the same code can differ by several percent for as long as they live
 (the core and memory they were given), so the comparison is made `--rounds` times with new
@@ -43,7 +45,9 @@ torch.set_num_threads(int(sys.argv[2]))
 logging.disable_progress_bar()
 model = AiaynForConditionalGeneration.from_pretrained(sys.argv[1]).eval()
 prepare = getattr(incremental, "PreparedModel", None) or getattr(incremental, "PreparedWeights")
-prepared = prepare(model)
+if sys.argv[3] == "bf16":
+    model = model.to(torch.bfloat16)
+prepared = prepare(model, "int8") if sys.argv[3] == "int8" else prepare(model)
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     request = json.loads(line)
@@ -101,6 +105,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="pairs of new worker processes")
     parser.add_argument("--new-tokens", type=int, default=30)
     parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument(
+        "--dtype", default="fp32", choices=["fp32", "bf16", "int8"], help="the model in bf16, or int8 linear maps"
+    )
     args = parser.parse_args()
     for name in ("repeats", "rounds", "threads", "new_tokens", "beams"):
         if getattr(args, name) < 1:
@@ -118,7 +125,9 @@ def main() -> None:
     revision = found.stdout.strip()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     print(f"current: {ROOT} (HEAD {head.strip()}, with its uncommitted changes); baseline: {revision}")
-    print(f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), CPU seconds")
+    print(
+        f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), {args.dtype}, CPU seconds"
+    )
     print("| dims | batch | baseline ms | current ms | baseline / current | per round |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="aiayn-bench-") as tmp:
@@ -144,7 +153,8 @@ def main() -> None:
                     # happens to run (its core, its memory) is not counted for one side only.
                     sides = [("baseline", tree), ("current", ROOT)][:: 1 if round_ % 2 == 0 else -1]
                     workers = {
-                        name: Worker(path, WORKER, [str(folder), str(args.threads)], "decoder") for name, path in sides
+                        name: Worker(path, WORKER, [str(folder), str(args.threads), args.dtype], "decoder")
+                        for name, path in sides
                     }
                     for batch, request in requests.items():
                         for worker in workers.values():  # warm-up

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from helpers import one_thread  # noqa: F401  (the fixture)
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli.decoding import incremental
 from aiayn_cli.decoding.incremental import (
     UNSUPPORTED_CONFIG_FIELDS,
     IncrementalDecoder,
@@ -145,8 +146,6 @@ def test_linear_map_computes_what_f_linear_does(monkeypatch, relu, dtype, onednn
     """`linear_map`: oneDNN's prepacked kernel where it runs (a small fp32 weight on at most `FEW_ROWS`
     rows: the BLAS GEMM on the transposed weight; else, or with oneDNN hidden, F.linear), the same numbers
     as F.linear (+ ReLU) to the rounding of `dtype` (fp32: 1e-5; bf16, fp16: 2e-2)."""
-    from aiayn_cli.decoding import incremental
-
     if not onednn:
         monkeypatch.setattr(incremental, "_onednn_available", lambda: False)
     generator = torch.Generator().manual_seed(0)
@@ -190,8 +189,6 @@ def test_top_k_is_topk(length, dtype):
 def test_prepared_model_is_modules_sharing_the_models_parameters():
     """`PreparedModel` holds `nn.Module`s: the model's own classes around prepared leaves (`Projection`,
     `LayerNorm`, `Identity`), with the model's parameters, not copies."""
-    from aiayn_cli.decoding import incremental
-
     model = helpers.tiny_model()
     prepared = PreparedModel(model)
     leaves = {type(m) for m in prepared.decoder.modules() if not list(m.children())}
@@ -664,15 +661,12 @@ def test_decoding_follows_weights_changed_in_place():
 
 
 def test_int8_decoding_quantizes_every_linear_map_and_stays_close():
-    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
-
     model = tiny_model()
     prepared = PreparedModel(model, "int8")
     float_linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
-    int8_linears = [m for part in (prepared.encoder, prepared.decoder) for m in part.modules()]
-    assert sum(isinstance(m, Int8Linear) for m in int8_linears) + isinstance(prepared.lm_head, Int8Linear) == (
-        float_linears
-    )
+    leaves = [m for part in (prepared.encoder, prepared.decoder, prepared.lm_head) for m in part.modules()]
+    assert sum(isinstance(m, incremental.Projection) and m.int8 for m in leaves) == float_linears
+    assert not any(isinstance(m, torch.nn.Linear) or type(m).__module__.startswith("torch.ao") for m in leaves)
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the model itself is untouched
     lengths = [2 + (7 * i) % 11 for i in range(32)]
     ids, mask = source_batch(lengths, seed=2)
@@ -689,6 +683,24 @@ def test_int8_decoding_quantizes_every_linear_map_and_stays_close():
         for a, b in zip(decode(model, ids, mask, options, prepared), decode(model, ids, mask, options))
     ]
     assert sum(same) >= 20  # 24 of 32 on this random model, with AVX2 and with AMX int8 kernels
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_int8_projection_computes_what_the_quantized_module_does(relu):
+    """`Projection` on PyTorch's dynamically quantized linear map calls the operator the module's forward
+    calls (with the ReLU fused where asked): the same numbers, bit for bit."""
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    torch.manual_seed(0)
+    float_map = torch.nn.Sequential(torch.nn.Linear(24, 40))
+    quantized = quantize_dynamic(float_map, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)[0]
+    assert isinstance(quantized, Int8Linear)
+    x = torch.randn(5, 24)
+    expected = quantized(x).relu() if relu else quantized(x)
+    got = incremental.Projection(quantized, relu=relu)(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert bool((expected < 0).any()) != relu
 
 
 def test_decoding_with_head_masks_equals_full_forwards_with_them():

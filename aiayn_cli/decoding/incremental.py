@@ -114,6 +114,17 @@ def _f_linear(weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> Ca
     return lambda x: F.linear(x, weight, bias)
 
 
+def int8_linear_map(linear: nn.Module, relu: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x -> x W^T + b (max(0, .) with `relu`, fused) for a dynamically quantized linear map
+    (`torch.ao.nn.quantized.dynamic.Linear`, int8 weights): the operator its forward calls
+    (`quantized::linear_dynamic`, or `linear_relu_dynamic`), on its packed weight, called straight."""
+    packed = linear._packed_params._packed_params
+    reduce_range = linear.version is not None and linear.version >= 4  # as its forward decides
+    operator = torch.ops.quantized.linear_relu_dynamic if relu else torch.ops.quantized.linear_dynamic
+    kernel = operator.default._op
+    return lambda x: kernel(x, packed, reduce_range)
+
+
 def _onednn_available() -> bool:
     return (
         torch.backends.mkldnn.is_available()
@@ -128,13 +139,17 @@ def _onednn_available() -> bool:
 
 class Projection(nn.Module):
     """An `nn.Linear` prepared: x W^T + b for its weight W as it is now, computed by `linear_map`
-    (prepacked for oneDNN's GEMM where it runs); `relu`: max(0, x W^T + b), fused into the GEMM where it
-    is packed."""
+    (prepacked for oneDNN's GEMM where it runs), or by `int8_linear_map` for the int8 form of one
+    (PyTorch's dynamic quantization); `relu`: max(0, x W^T + b), fused into the GEMM where it is packed
+    or int8."""
 
-    def __init__(self, linear: nn.Linear, relu: bool = False):
+    def __init__(self, linear: nn.Module, relu: bool = False):
         super().__init__()
-        self.relu = relu
-        self.function, self.packed = linear_map(linear.weight, linear.bias, relu)
+        self.relu, self.int8 = relu, not isinstance(linear, nn.Linear)
+        if self.int8:
+            self.function, self.packed = int8_linear_map(linear, relu), True
+        else:
+            self.function, self.packed = linear_map(linear.weight, linear.bias, relu)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.function(x)
@@ -142,7 +157,7 @@ class Projection(nn.Module):
     forward = __call__
 
     def extra_repr(self) -> str:
-        return f"packed={self.packed}, relu={self.relu}"
+        return f"packed={self.packed}, int8={self.int8}, relu={self.relu}"
 
 
 class LayerNorm(nn.Module):
@@ -174,18 +189,20 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _replace_leaves(modules: nn.Module, int8: bool) -> None:
+def _replace_leaves(modules: nn.Module) -> None:
     """Replace the leaf modules the decoder calls many times a step by prepared ones that compute the
-    same thing: `nn.Linear` -> `Projection` (unless int8), `nn.LayerNorm` -> `LayerNorm`, `nn.Dropout`
-    -> `Identity` (eval mode); the ReLU of a feed-forward network joins its first projection. The
-    modules around them (attention, sub-layer connections, the feed-forward networks, the stacks)
-    stay the model's."""
+    same thing: `nn.Linear` and its int8 form -> `Projection`, `nn.LayerNorm` -> `LayerNorm`,
+    `nn.Dropout` -> `Identity` (eval mode); the ReLU of a feed-forward network joins its first
+    projection. The modules around them (attention, sub-layer connections, the feed-forward networks,
+    the stacks) stay the model's."""
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
     for parent in list(modules.modules()):
-        relu = isinstance(parent, PositionwiseFeedForward) and parent.activation is F.relu and not int8
+        relu = isinstance(parent, PositionwiseFeedForward) and parent.activation is F.relu
         if relu:
             parent.activation = _identity  # ... applied by w_1
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and not int8:
+            if type(child) in (nn.Linear, Int8Linear):
                 parent.register_module(name, Projection(child, relu=relu and name == "w_1"))
             elif type(child) is nn.LayerNorm:
                 parent.register_module(name, LayerNorm(child))
@@ -229,7 +246,7 @@ class PreparedModel:
             if model.lm_head.weight.device.type != "cpu":
                 raise ValueError("int8 decoding runs on CPUs only")
             _int8_linears(modules)
-        _replace_leaves(modules, int8=dtype == "int8")
+        _replace_leaves(modules)
         self.encoder, self.decoder, self.lm_head = modules.encoder, modules.decoder, modules.lm_head
         self._spare: list[list[torch.Tensor]] = []  # the cache memory of finished decodes, smallest first
         self._lock = threading.Lock()  # decoders of one `decode()` run on threads of their own

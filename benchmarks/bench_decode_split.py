@@ -1,0 +1,198 @@
+"""Where a beam-4 decode's time goes: aiayn's decoder and Hugging Face `generate()`, by kind of operator.
+
+    python benchmarks/bench_decode_split.py                                   # base, batch 8, 2 threads
+    python benchmarks/bench_decode_split.py --dims small --batch 1 32 --dtype fp32 bf16
+
+`bench_decode.py` says how fast each system decodes; this says where the time of a decode goes, so
+that a ratio between two systems can be read against what each one's steps are made of. Every
+system decodes `bench_decode.py`'s batch with `bench_decode.py`'s models and work (random weights,
+beam 4, exactly `--new-tokens` steps per sentence): `--repeats` times, alternating the systems
+(the median wall time is the system's time), then once more under PyTorch's profiler. The
+profiled decode's operators (their self CPU time, on the thread that calls them, with the threads
+each operator shares its work with inside it) are summed into kinds:
+
+* matrix products: the linear maps (`mkldnn::_linear_pointwise`, `quantized::linear_dynamic`,
+  `aten::addmm`, ...) and any other matrix product;
+* attention: the fused kernel (`scaled_dot_product_attention`) or its written-out parts' softmax;
+* output distribution and search: log-softmax, top-k, sorting and maxima over the vocabulary;
+* cache reorder: `index_select` and indexing, which carry the key/value cache to the surviving
+  hypotheses (and look the embeddings up);
+* other operators: every other operator (additions, LayerNorm, copies, views, masks, ...);
+* outside operators: the profiled decode's wall time less its operators' (Python, the framework).
+
+Each kind is reported as its share of the profiled decode (the profiler adds a little to every
+operator) times the median unprofiled time, per decoder step, in milliseconds. Where aiayn splits a
+batch over threads (`parallel_parts`), operators of the threads overlap: the kinds are then shares
+of the operators' summed time and "outside operators" is not measured.
+
+The rows also go to a results file (`benchmarks/results.py`),
+`benchmarks/results/bench_decode_split.<machine>.json` unless `--results FILE` says where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
+from aiayn_cli.decoding.search import SPLIT_MIN_ROWS  # noqa: E402
+from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
+from benchmarks import results as results_file  # noqa: E402
+from benchmarks.bench_decode import (  # noqa: E402
+    DEFAULT_VOCAB,
+    build_aiayn,
+    build_marian,
+    hardware,
+    make_batch,
+    run_aiayn,
+    run_marian,
+)
+
+# The kinds of operator, in order: the first whose pattern matches an operator's name takes its time.
+KINDS = (
+    ("matrix products", re.compile(r"linear|addmm|::mm$|bmm|matmul|int8pack_mm")),
+    ("attention", re.compile(r"scaled_dot_product|flash_attention|::_?softmax$")),
+    ("output distribution and search", re.compile(r"log_softmax|topk|::sort$|::amax$|::max$|argmax")),
+    ("cache reorder", re.compile(r"index_select|::index$")),
+)
+OTHER, OUTSIDE = "other operators", "outside operators"
+KIND_NAMES = tuple(name for name, _ in KINDS) + (OTHER, OUTSIDE)
+
+
+def kind_of(operator: str) -> str:
+    return next((name for name, pattern in KINDS if pattern.search(operator)), OTHER)
+
+
+def profiled(run) -> tuple[float, dict[str, float], list[tuple[str, float]]]:
+    """(wall seconds, seconds by kind, the operators' self seconds, largest first) of one profiled call."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        run()
+        wall = time.perf_counter() - start
+    operators = sorted(
+        ((event.key, event.self_cpu_time_total / 1e6) for event in prof.key_averages()), key=lambda p: -p[1]
+    )
+    kinds = dict.fromkeys(KIND_NAMES, 0.0)
+    for name, seconds in operators:
+        kinds[kind_of(name)] += seconds
+    return wall, kinds, operators
+
+
+def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
+    """One row: every system's median time and its time per step by kind."""
+    torch.set_num_threads(threads)
+    vocab, steps, beams = models["vocab"], args.new_tokens, args.beams
+    ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
+    m_ids, m_mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=0, pad=vocab - 1, low=4)
+    systems = {}
+    for dtype in args.dtype:
+        model, prepared = models["aiayn"][dtype], models["prepared"][dtype]
+        name = "aiayn" if dtype == "fp32" else f"aiayn_{dtype}"
+        systems[name] = lambda model=model, prepared=prepared: run_aiayn(model, prepared, ids, mask, steps, beams)
+    for dtype, marian in models["marian"].items():
+        name = "hf_marian" if dtype == "fp32" else f"hf_marian_{dtype}"
+        systems[name] = lambda marian=marian: run_marian(marian, m_ids, m_mask, steps, beams)
+    for run in systems.values():  # warm-up: first calls allocate and pack
+        run()
+    times: dict[str, list[float]] = {name: [] for name in systems}
+    for _ in range(args.repeats):
+        for name, run in systems.items():
+            time.sleep(0.3)  # the last run's OpenMP threads may spin for up to 200 ms
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    split_over_threads = threads > 1 and batch * beams >= SPLIT_MIN_ROWS * threads
+    row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
+    for name, run in systems.items():
+        time.sleep(0.3)
+        wall, kinds, operators = profiled(run)
+        overlapping = split_over_threads and name.startswith("aiayn")
+        kinds[OUTSIDE] = None if overlapping else max(0.0, wall - sum(kinds.values()))
+        total = sum(v for v in kinds.values() if v is not None)
+        median = statistics.median(times[name])
+        row[name] = {
+            "seconds": median,
+            "times": [round(t, 4) for t in times[name]],
+            "ms_per_step": {k: None if v is None else v / total * median / steps * 1e3 for k, v in kinds.items()},
+            "profiled_seconds": wall,
+            "operators_ms_per_step": [[op, s / total * median / steps * 1e3] for op, s in operators[: args.top]],
+        }
+    return row
+
+
+def build(dims: str, vocab: int, dtypes: list[str], folder: Path) -> dict:
+    aiayn = build_aiayn(dims, vocab)
+    models = {"vocab": vocab, "aiayn": {}, "prepared": {}, "marian": {}}
+    marian = build_marian(dims, vocab, folder)
+    for dtype in dtypes:
+        model = copy.deepcopy(aiayn).to(torch.bfloat16) if dtype == "bf16" else aiayn
+        models["aiayn"][dtype] = model
+        models["prepared"][dtype] = PreparedModel(model, "int8" if dtype == "int8" else "float")
+        if dtype != "int8":  # generate() has no int8 here: bench_decode.py measures the same
+            models["marian"][dtype] = copy.deepcopy(marian).to(torch.bfloat16) if dtype == "bf16" else marian
+    return models
+
+
+def print_row(row: dict) -> None:
+    names = [k for k, v in row.items() if isinstance(v, dict)]
+    print(f"\n{row['dims']}, batch {row['batch']}, {row['threads']} threads: ms per decoder step")
+    print("| kind | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for kind in KIND_NAMES:
+        cells = [row[n]["ms_per_step"][kind] for n in names]
+        print(f"| {kind} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+    totals = [row[n]["seconds"] / row["new_tokens"] * 1e3 for n in names]
+    print("| **step** | " + " | ".join(f"**{t:.2f}**" for t in totals) + " |")
+    ours = min((n for n in names if n.startswith("aiayn")), key=lambda n: row[n]["seconds"])
+    peer = min((n for n in names if n.startswith("hf_marian")), key=lambda n: row[n]["seconds"])
+    kernels = sum(row[ours]["ms_per_step"][k] for k, _ in KINDS)
+    print(
+        f"fastest: {ours} {row[ours]['seconds']:.3f} s, {peer} {row[peer]['seconds']:.3f} s "
+        f"({row[peer]['seconds'] / row[ours]['seconds']:.2f}x); twice {peer}'s speed needs "
+        f"{row[peer]['seconds'] / row['new_tokens'] / 2 * 1e3:.2f} ms a step, and {ours}'s matrix products, "
+        f"attention, output distribution and cache reorder take {kernels:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dims", nargs="+", default=["base"], choices=sorted(PRESETS))
+    parser.add_argument("--batch", type=int, nargs="+", default=[8])
+    parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=30, help="decoder steps per sentence")
+    parser.add_argument("--min-src", type=int, default=15)
+    parser.add_argument("--max-src", type=int, default=35)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", nargs="+", default=["fp32", "bf16", "int8"], choices=["fp32", "bf16", "int8"])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top", type=int, default=8, help="the largest operators kept per system")
+    results_file.add_argument(parser, "bench_decode_split")
+    args = parser.parse_args()
+    recorder = results_file.Recorder("bench_decode_split")
+    print(hardware(), flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dims in args.dims:
+            models = build(dims, DEFAULT_VOCAB.get(dims, 10000), args.dtype, Path(tmp) / dims)
+            for batch in args.batch:
+                rows.append(split_row(dims, batch, args.threads, args, models))
+                print_row(rows[-1])
+    figures = {"rows": rows, "repeats": args.repeats}
+    path = recorder.write(figures, path=args.results)
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
