@@ -435,6 +435,46 @@ def test_finished_sentences_leave_the_batch():
     assert len(hyps) == 6
 
 
+class MovingEveryRow(IncrementalDecoder):
+    """The decoder as it was: every `select` moves every row's cache into place (no slots)."""
+
+    def _keep_slots(self, rows: list[int]) -> None:
+        self.state.select_rows(torch.tensor(rows))
+
+
+@torch.inference_mode()
+def test_rows_that_stay_in_their_slots_give_the_logits_of_rows_moved_into_place(monkeypatch):
+    """Beam steps copy only the caches of rows continued more than once (`_keep_slots`): the logits at
+    every step equal those of a decoder that moves every row, through repeats, swaps, sentences that
+    finish and a step where every row stays."""
+    model = tiny_model()
+    ids, mask = source_batch([9, 4, 7])
+    kept, moving = (cls(model, ids, mask, capacity=10, max_rows=12) for cls in (IncrementalDecoder, MovingEveryRow))
+    copied, moved = [], 0
+    copy_rows = kept.state.copy_rows
+    monkeypatch.setattr(kept.state, "copy_rows", lambda pairs: (copied.append(len(pairs)), copy_rows(pairs)))
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.full((3,), BOS)
+    for step in range(8):
+        torch.testing.assert_close(kept.step(tokens), moving.step(tokens))  # the same maths, rows in another order
+        sentences = torch.arange(kept.batch)
+        if step == 0:  # <s> -> 4 beams a sentence
+            rows = sentences.repeat_interleave(4)
+        elif step == 5:  # the second sentence finishes
+            sentences = torch.tensor([0, 2])
+            rows = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])
+        elif step == 6:  # every row goes on in its own slot
+            rows = torch.arange(4 * kept.batch)
+        else:  # each beam continues a beam of its sentence, some more than once
+            rows = (torch.randint(0, 4, (kept.batch, 4), generator=generator) + 4 * sentences[:, None]).view(-1)
+            moved += int((rows != torch.arange(rows.numel())).sum())
+        for decoder in (kept, moving):
+            decoder.select(rows, sentences)
+        tokens = torch.randint(3, 40, (rows.numel(),), generator=generator)
+    assert kept.state.cache.size(0) == 8 and kept.slots is not None  # rows out of slot order at the end
+    assert len(copied) == 6 and 0 in copied and 0 < sum(copied) < moved  # copies, fewer than rows moved
+
+
 def test_max_length_is_a_times_source_plus_b():
     model = tiny_model(tie_word_embeddings=True)  # outputs run to the limit
     lengths = [9, 4, 2]

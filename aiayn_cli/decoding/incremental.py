@@ -401,6 +401,13 @@ class DecodingState:
         torch.index_select(self.cache[..., :filled, :], 0, rows, out=target[..., :filled, :])
         self.cache, self._current = target, 1 - self._current
 
+    def copy_rows(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy the self-attention cache of row `source` to row `target` for each `(source, target)` (no
+        row is both), for all layers, in place."""
+        filled = self.cache[..., : self.position, :]
+        for source, target in pairs:
+            filled[target].copy_(filled[source])
+
 
 # ---------------------------------------------------------------------------------------------
 # The decoder the searches drive
@@ -447,8 +454,16 @@ class IncrementalDecoder:
         _keep_positions(self.prepared.decoder.embed_positions, capacity, weight)  # not at every step
         self.state.cache = self.state.cache[: input_ids.size(0)]
         self.batch, self.rows_per_sentence = input_ids.size(0), 1
+        self.slots: list[int] | None = None  # where each row's cache is (None: row i in row i)
+        self._to_slots = self._from_slots = None  # the same as index tensors: rows -> slots, slots -> rows
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> None:
+        if sentences.numel() == self.batch and rows.numel() == self.batch * self.rows_per_sentence > self.batch:
+            self._keep_slots(rows.tolist())  # the common beam search step: the same sentences, as many beams
+            return
+        if self.slots is not None:
+            rows = self._to_slots.index_select(0, rows)
+            self.slots = self._to_slots = self._from_slots = None
         self.state.select_rows(rows)
         if sentences.numel() != self.batch:  # sentences finished, or rows became sentences of their own
             self.state.cross_attention_cache.select(sentences)
@@ -459,8 +474,38 @@ class IncrementalDecoder:
             self.batch = sentences.numel()
         self.rows_per_sentence = rows.numel() // self.batch
 
+    def _keep_slots(self, rows: list[int]) -> None:
+        """`select` where every sentence keeps its number of rows: a row's cache stays where it is (its
+        slot) for the first row that continues it, and is copied into a slot that no row continues (of the
+        same sentence) for each further one. Beam search moves about half the rows at a step, but
+        continues only a quarter of them more than once: this copies those instead of the whole cache.
+        A step runs the rows in slot order, which is the same computation row by row: each sentence's
+        rows are a block of slots, as the encoder-decoder attention reads them."""
+        n, k = len(rows), self.rows_per_sentence
+        slots = self.slots if self.slots is not None else range(n)
+        parents = [slots[row] for row in rows]  # the slot each new row continues
+        new, taken = [-1] * n, [False] * n
+        for i, parent in enumerate(parents):
+            if not taken[parent]:
+                new[i], taken[parent] = parent, True
+        copies = []
+        for i in (i for i in range(n) if new[i] < 0):  # continues a row that another row kept
+            free = next(slot for slot in range(i // k * k, i // k * k + k) if not taken[slot])
+            new[i], taken[free] = free, True
+            copies.append((parents[i], free))
+        self.state.copy_rows(copies)
+        if new == list(range(n)):
+            self.slots = self._to_slots = self._from_slots = None
+            return
+        self.slots = new
+        device = self.state.cache.device
+        self._to_slots = torch.tensor(new, device=device)
+        self._from_slots = torch.empty_like(self._to_slots).scatter_(0, self._to_slots, torch.arange(n, device=device))
+
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """`tokens` `(N,)` at the current position -> next-token logits `(N, V)`: the model's `Decoder`."""
+        if self.slots is not None:  # the rows in slot order
+            tokens = tokens.index_select(0, self._from_slots)
         out = self.prepared.decoder(
             tokens[:, None],
             self.memory,
@@ -471,7 +516,8 @@ class IncrementalDecoder:
         )[0]  # the last hidden state (N, 1, d_model)
         self.memory = None  # the encoder-decoder keys and values are in the state from now on
         self.state.position += 1
-        return self.prepared.lm_head(out[:, 0])  # (N, V)
+        last = out[:, 0] if self.slots is None else out[:, 0].index_select(0, self._to_slots)  # in row order
+        return self.prepared.lm_head(last)  # (N, V)
 
     def release(self) -> None:
         """Give the cache's memory back to the prepared model, for the next decoder; this one is done."""

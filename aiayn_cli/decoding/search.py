@@ -79,7 +79,8 @@ class StepDecoder(Protocol):
     """What the searches need: next-token logits for the current rows, and a way to keep some rows."""
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """`tokens` `(N,)`: the token fed at the current position of every row -> logits `(N, V)`."""
+        """`tokens` `(N,)`: the token fed at the current position of every row -> logits `(N, V)`, a tensor
+        of the caller's (beam search turns it into log-probabilities in place)."""
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> None:
         """Keep `rows` (indices into the current rows, grouped by sentence, as many per sentence),
@@ -150,7 +151,8 @@ def beam_search(
     offsets = {}  # (sentences, beams) -> every sentence's first candidate id, numbering all candidates in one row
     t = 0
     while True:
-        lprobs = F.log_softmax(decoder.step(tokens).float(), dim=-1)  # (N, V)
+        logits = decoder.step(tokens).float()  # (N, V)
+        lprobs = torch.log_softmax(logits, dim=-1, out=logits)  # in place: no second (N, V) tensor to allocate
         n_sentences, beams = scores.shape
         vocab = lprobs.size(-1)
         if t < options.min_len:
