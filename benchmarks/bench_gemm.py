@@ -3,6 +3,12 @@ transposed, and oneDNN's prepacked kernel (what `Projection` calls on more than 
 
     python benchmarks/bench_gemm.py                 # 1 thread, base dimensions, 4 to 128 rows
     python benchmarks/bench_gemm.py --threads 2 --d-model 256 --d-ff 1024 --vocab 10000
+    python benchmarks/bench_gemm.py --threads 2 --rows 4 8 32 128 --int8   # + int8: fbgemm against AMX
+
+With `--int8`, a second table gives the int8 maps' GFLOP/s: fbgemm's kernel (PyTorch's dynamic
+quantization, `quantized::linear_dynamic`) and, on CPUs with AMX, oneDNN's int8 GEMM with the input
+quantized per call (`amx_int8_linear`), which `int8_linear_map` takes for calls of at least
+`amx_int8_min_rows` rows (the rows of the table's threads that would take it are marked *).
 
 The shapes are those of one decoding step with `rows` hypotheses (sentences x beams): the fused
 self-attention projection, the feed-forward network's two maps and the pre-softmax projection.
@@ -24,7 +30,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.incremental import FEW_ROWS, SMALL_WEIGHT, prepacked_linear  # noqa: E402
+from aiayn_cli.decoding.incremental import (  # noqa: E402
+    FEW_ROWS,
+    SMALL_WEIGHT,
+    amx_int8_linear,
+    amx_int8_min_rows,
+    prepacked_linear,
+)
 from aiayn_cli.precision import machine_summary  # noqa: E402
 
 
@@ -47,6 +59,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[4, 32, 128])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--int8", action="store_true", help="also the int8 kernels: fbgemm's and oneDNN's on AMX")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     shapes = {
@@ -72,6 +85,40 @@ def main() -> None:
             if prepacked is not None:
                 functions.append(lambda: prepacked(x))
             cells.append(" / ".join(f"{flop / median_seconds(fn, args.repeats) / 1e9:.0f}" for fn in functions))
+        print(f"| {name} | {fan_in} x {fan_out} | " + " | ".join(cells) + " |")
+    if args.int8:
+        int8_table(shapes, args)
+
+
+def int8_table(shapes: dict[str, tuple[int, int]], args) -> None:
+    """GFLOP/s of fbgemm's int8 kernel / oneDNN's int8 GEMM on AMX (where the CPU has AMX)."""
+    import warnings
+
+    from torch import nn
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    print("\nint8: GFLOP/s of fbgemm (PyTorch's dynamic quantization) / oneDNN int8 on AMX (where the CPU has AMX)")
+    print(
+        f"int8_linear_map: AMX (*) from amx_int8_min_rows rows on, where the CPU has AMX: "
+        f"{torch.cpu._is_amx_tile_supported()}"
+    )
+    print("| projection | in x out | " + " | ".join(f"{n} rows" for n in args.rows) + " |")
+    print("|---|---|" + "---|" * len(args.rows))
+    for name, (fan_in, fan_out) in shapes.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PyTorch announces the end of its quantized tensors
+            quantized = quantize_dynamic(
+                nn.Sequential(nn.Linear(fan_in, fan_out)), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+            )[0]
+        tiles = amx_int8_linear(quantized.weight(), quantized.bias())
+        cells = []
+        for n in args.rows:
+            x = torch.randn(n, fan_in)
+            flop = 2 * n * fan_in * fan_out
+            functions = [lambda: quantized(x)] + ([lambda: tiles(x)] if tiles is not None else [])
+            cell = " / ".join(f"{flop / median_seconds(fn, args.repeats) / 1e9:.0f}" for fn in functions)
+            taken = tiles is not None and n >= amx_int8_min_rows(fan_in, fan_out, args.threads)
+            cells.append(cell + (" *" if taken else ""))
         print(f"| {name} | {fan_in} x {fan_out} | " + " | ".join(cells) + " |")
 
 

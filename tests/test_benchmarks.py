@@ -101,7 +101,7 @@ def test_bench_gemm_prints_a_row_per_projection(monkeypatch, capsys):
 
     import torch
 
-    args = ["--d-model", "16", "--d-ff", "32", "--vocab", "50", "--rows", "2", "4", "--repeats", "1"]
+    args = ["--d-model", "16", "--d-ff", "32", "--vocab", "50", "--rows", "2", "4", "--repeats", "1", "--int8"]
     monkeypatch.setattr(sys, "argv", ["bench_gemm.py", *args])
     threads = torch.get_num_threads()
     try:  # in this process: the script sets the thread count
@@ -110,13 +110,17 @@ def test_bench_gemm_prints_a_row_per_projection(monkeypatch, capsys):
         torch.set_num_threads(threads)
     stdout = capsys.readouterr().out
     assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
+    float_table, int8_table = stdout.split("\nint8: ")
     for name in ("qkv", "w_1", "w_2", "lm_head"):
-        row = re.search(rf"^\| {name} \| \d+ x \d+ \| (.+) \|$", stdout, re.M)
-        assert row, f"no row for {name}:\n{stdout}"
-        cells = row[1].split(" | ")
-        # GFLOP/s of F.linear / F.linear on W^T / oneDNN prepacked (the last where oneDNN runs)
-        assert len(cells) == 2 and all(re.fullmatch(r"\d+ / \d+( / \d+)?", c) for c in cells), cells
+        for table, cell in ((float_table, r"\d+ / \d+( / \d+)?"), (int8_table, r"\d+( / \d+( \*)?)?")):
+            row = re.search(rf"^\| {name} \| \d+ x \d+ \| (.+) \|$", table, re.M)
+            assert row, f"no row for {name}:\n{stdout}"
+            cells = row[1].split(" | ")
+            # GFLOP/s of F.linear / F.linear on W^T / oneDNN prepacked (the last where oneDNN runs);
+            # int8: fbgemm / oneDNN on AMX (where the CPU has AMX)
+            assert len(cells) == 2 and all(re.fullmatch(cell, c) for c in cells), cells
     assert re.search(r"^linear_map: BLAS on W\^T for at most \d+ rows", stdout, re.M), stdout
+    assert re.search(r"^int8_linear_map: AMX \(\*\) from amx_int8_min_rows rows on", stdout, re.M), stdout
 
 
 def _says_which_cpu(stdout: str) -> None:

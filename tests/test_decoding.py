@@ -730,17 +730,62 @@ def test_int8_projection_computes_what_the_quantized_module_does(relu):
     """`Projection` on PyTorch's dynamically quantized linear map calls the operator the module's forward
     calls (with the ReLU fused where asked): the same numbers, bit for bit."""
     from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    torch.manual_seed(0)
-    float_map = torch.nn.Sequential(torch.nn.Linear(24, 40))
-    quantized = quantize_dynamic(float_map, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)[0]
+    _, quantized = _int8_module(24, 40)
     assert isinstance(quantized, Int8Linear)
     x = torch.randn(5, 24)
     expected = quantized(x).relu() if relu else quantized(x)
     got = incremental.Projection(quantized, relu=relu)(x)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     assert bool((expected < 0).any()) != relu
+
+
+def _int8_module(fan_in: int, fan_out: int):
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    torch.manual_seed(0)
+    float_map = torch.nn.Sequential(torch.nn.Linear(fan_in, fan_out))
+    return float_map[0], quantize_dynamic(float_map, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)[
+        0
+    ]
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_amx_int8_linear_is_close_to_the_float_map_where_the_cpu_has_amx(relu):
+    float_map, quantized = _int8_module(64, 300)
+    tiles = incremental.amx_int8_linear(quantized.weight(), quantized.bias(), relu)
+    if not torch.cpu._is_amx_tile_supported():
+        assert tiles is None
+        pytest.skip("this CPU has no AMX: int8 linear maps run on fbgemm's kernel only")
+    x = torch.randn(3, 5, 64)
+    expected = float_map(x).relu() if relu else float_map(x)
+    got = tiles(x)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    assert (got - expected).abs().max() < 0.02 * expected.abs().max()
+    assert not torch.equal(got, expected)  # int8 kernels ran
+    if relu:
+        assert bool((got >= 0).all())
+
+
+@pytest.mark.parametrize("amx", [False, True])
+def test_int8_maps_take_the_amx_kernel_for_calls_with_many_outputs_only(monkeypatch, amx):
+    """With AMX, calls of at least `amx_int8_min_rows` rows (for the map and the thread count) take
+    oneDNN's int8 GEMM, others fbgemm's; without AMX every call takes fbgemm's."""
+    _, quantized = _int8_module(16, 1000)
+    calls = []
+    fake = (lambda x: calls.append(x.size(0)) or torch.zeros(x.size(0), 1000)) if amx else None
+    monkeypatch.setattr(incremental, "amx_int8_linear", lambda *args: fake)
+    function = incremental.int8_linear_map(quantized)
+    threshold = incremental.amx_int8_min_rows(16, 1000, torch.get_num_threads())
+    assert threshold >= incremental.AMX_INT8_MIN_ROWS
+    assert incremental.amx_int8_min_rows(16, 1000, 2) >= incremental.amx_int8_min_rows(16, 1000, 1)
+    assert incremental.amx_int8_min_rows(1000, 16, 1) > incremental.amx_int8_min_rows(16, 1000, 1)  # narrowing
+    for rows in (1, threshold - 1, threshold, 4 * threshold):
+        x = torch.randn(rows, 16)
+        y = function(x)
+        if not (amx and rows >= threshold):
+            torch.testing.assert_close(y, quantized(x), rtol=0, atol=0)  # fbgemm's, as the module computes
+    assert calls == ([threshold, 4 * threshold] if amx else [])
 
 
 def test_decoding_with_head_masks_equals_full_forwards_with_them():

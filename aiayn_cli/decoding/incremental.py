@@ -50,6 +50,16 @@ PROJECTION_DTYPES = ("float", "int8")
 FEW_ROWS = 16
 SMALL_WEIGHT = 1 << 18
 
+# An int8 linear map on a CPU with AMX runs on oneDNN's int8 GEMM (AMX's tiles) for calls of at least
+# `AMX_INT8_MIN_ROWS` rows and `AMX_INT8_MIN_WORK` multiply-adds per thread (rows x in x out / threads;
+# `AMX_INT8_NARROWING` times more for a map with fewer outputs than inputs, whose wider input costs more
+# to quantize): there it is faster than the fbgemm kernel of PyTorch's dynamic quantization, despite
+# quantizing the input in operators of its own; below, and on CPUs without AMX, fbgemm's is as fast or
+# faster (`benchmarks/bench_gemm.py --int8` measures both; `amx_int8_min_rows`).
+AMX_INT8_MIN_ROWS = 16
+AMX_INT8_MIN_WORK = 1 << 24
+AMX_INT8_NARROWING = 4
+
 
 # ---------------------------------------------------------------------------------------------
 # The linear maps: prepacked for oneDNN, or int8
@@ -117,12 +127,74 @@ def _f_linear(weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> Ca
 def int8_linear_map(linear: nn.Module, relu: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
     """x -> x W^T + b (max(0, .) with `relu`, fused) for a dynamically quantized linear map
     (`torch.ao.nn.quantized.dynamic.Linear`, int8 weights): the operator its forward calls
-    (`quantized::linear_dynamic`, or `linear_relu_dynamic`), on its packed weight, called straight."""
+    (`quantized::linear_dynamic`, or `linear_relu_dynamic`), on its packed weight, called straight; on a
+    CPU with AMX, calls with many outputs take `amx_int8_linear` on the same int8 weight instead."""
     packed = linear._packed_params._packed_params
     reduce_range = linear.version is not None and linear.version >= 4  # as its forward decides
     operator = torch.ops.quantized.linear_relu_dynamic if relu else torch.ops.quantized.linear_dynamic
     kernel = operator.default._op
-    return lambda x: kernel(x, packed, reduce_range)
+
+    def fbgemm(x: torch.Tensor) -> torch.Tensor:
+        return kernel(x, packed, reduce_range)
+
+    tiles = amx_int8_linear(linear.weight(), linear.bias(), relu)
+    if tiles is None:
+        return fbgemm
+    fan_in, fan_out = linear.in_features, linear.out_features
+    min_elements: dict[int, int] = {}  # threads -> the fewest input elements of a call that takes AMX
+
+    def by_rows(x: torch.Tensor) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        if threads not in min_elements:
+            min_elements[threads] = amx_int8_min_rows(fan_in, fan_out, threads) * fan_in
+        return tiles(x) if x.numel() >= min_elements[threads] else fbgemm(x)
+
+    return by_rows
+
+
+def amx_int8_min_rows(fan_in: int, fan_out: int, threads: int) -> int:
+    """The fewest rows of a call that `int8_linear_map` runs on AMX (where the CPU has it) for a map of
+    `fan_in` inputs and `fan_out` outputs on `threads` threads."""
+    work = AMX_INT8_MIN_WORK * threads * (AMX_INT8_NARROWING if fan_out < fan_in else 1)
+    return max(AMX_INT8_MIN_ROWS, -(-work // (fan_in * fan_out)))
+
+
+def amx_int8_linear(
+    weight: torch.Tensor, bias: torch.Tensor | None, relu: bool = False
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """x -> x W^T + b (max(0, .) with `relu`, fused) as oneDNN's int8 GEMM, for a weight quantized per
+    output row (`torch.qint8`, zero points 0), with x quantized per call (uint8, one scale per call, as
+    `torch.quantize_per_tensor_dynamic` chooses it); None on CPUs without AMX or where the operators are
+    missing. Like `prepacked_linear`'s, its operators (`torch.ops.onednn.qlinear_prepack`,
+    `qlinear_pointwise`) are private to PyTorch: this is the one place that names them."""
+    if not (
+        weight.device.type == "cpu"
+        and torch.cpu._is_amx_tile_supported()
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.onednn, "qlinear_prepack")
+        and hasattr(torch.ops.onednn, "qlinear_pointwise")
+    ):
+        return None
+    try:
+        packed = torch.ops.onednn.qlinear_prepack(weight.int_repr(), None)
+        scales = weight.q_per_channel_scales().float()
+        zero_points = weight.q_per_channel_zero_points()
+        kernel = torch.ops.onednn.qlinear_pointwise.default._op
+        bias = bias.float() if bias is not None else None
+        activation = "relu" if relu else "none"
+
+        def tiles(x: torch.Tensor) -> torch.Tensor:
+            q = torch.quantize_per_tensor_dynamic(x.reshape(-1, x.size(-1)), torch.quint8, False)
+            y = kernel(
+                q.int_repr(), q.q_scale(), q.q_zero_point(), packed, scales, zero_points, bias,
+                1.0, 0, torch.float32, activation, [], "",
+            )  # fmt: skip
+            return y.view(*x.shape[:-1], y.size(-1))
+
+        tiles(weight.new_zeros(1, weight.size(1), dtype=torch.float32))
+        return tiles
+    except (RuntimeError, AttributeError):
+        return None
 
 
 def _onednn_available() -> bool:
