@@ -91,12 +91,20 @@ def native_bf16_cpu(features: dict[str, object] | None = None) -> tuple[bool, st
         return False, f"CPU {capability}: ONEDNN_MAX_CPU_ISA={limit} rules out the bf16 instructions"
     if not f["x86"]:
         return True, f"CPU {capability}: oneDNN computes bf16"  # ARM with the BF16 extension
-    amx_allowed = limit not in ONEDNN_ISAS or ONEDNN_ISAS.index(limit) >= ONEDNN_ISAS.index("AVX10_1_512_AMX")
-    if f["amx"] and amx_allowed:
+    if onednn_amx(f):
         return True, f"CPU {capability} with AMX: native bf16"
     if f["avx512_bf16"] or f["amx"]:  # an AMX CPU has AVX512-BF16 too; ONEDNN_MAX_CPU_ISA left it that
         return True, f"CPU {capability} with AVX512-BF16: native bf16"
     return False, f"CPU {capability} without AVX512-BF16 or AMX: bf16 would be emulated"
+
+
+def onednn_amx(features: dict[str, object] | None = None) -> bool:
+    """Whether oneDNN's kernels use AMX's tiles here: the CPU has them and `ONEDNN_MAX_CPU_ISA` allows them."""
+    f = features if features is not None else cpu_features()
+    limit = f["onednn_max_isa"]
+    return bool(f["amx"]) and (
+        limit not in ONEDNN_ISAS or ONEDNN_ISAS.index(limit) >= ONEDNN_ISAS.index("AVX10_1_512_AMX")
+    )
 
 
 def choose_precision(requested: str | None, device: str | torch.device = "cpu") -> PrecisionChoice:

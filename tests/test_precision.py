@@ -49,6 +49,20 @@ def test_native_bf16_cpu_from_what_the_cpu_reports(features, native, words):
     assert words in reason and features["capability"] in reason
 
 
+@pytest.mark.parametrize(
+    ("features", "amx"),
+    [
+        (AVX512_BF16, False),
+        ({**AVX512_BF16, "amx": True}, True),
+        ({**AVX512_BF16, "amx": True, "onednn_max_isa": "AVX512_CORE_AMX"}, True),
+        ({**AVX512_BF16, "amx": True, "onednn_max_isa": "AVX512_CORE_BF16"}, False),  # held below AMX
+        ({**AVX512_BF16, "amx": True, "onednn_max_isa": "AVX2"}, False),
+    ],
+)
+def test_onednn_uses_amx_where_the_cpu_has_it_and_the_isa_limit_allows_it(features, amx):
+    assert precision.onednn_amx(features) is amx
+
+
 @pytest.mark.parametrize(("native", "expected"), [(True, "bf16"), (False, "no")])
 def test_auto_is_bf16_only_where_native(monkeypatch, native, expected):
     monkeypatch.setattr(precision, "cpu_features", lambda: AVX512_BF16 if native else AVX2)

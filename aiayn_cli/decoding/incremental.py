@@ -34,6 +34,7 @@ from torch import nn
 
 from ..model.configuration_aiayn import AiaynConfig
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, PositionwiseFeedForward, padding_mask
+from ..precision import onednn_amx
 
 # The fields of `AiaynConfig` that the fast decoder does not handle: none. Every field reaches it
 # through the model's own modules, which read them, and the equivalence tests (tests/test_decoding.py)
@@ -165,11 +166,11 @@ def amx_int8_linear(
     """x -> x W^T + b (max(0, .) with `relu`, fused) as oneDNN's int8 GEMM, for a weight quantized per
     output row (`torch.qint8`, zero points 0), with x quantized per call (uint8, one scale per call, as
     `torch.quantize_per_tensor_dynamic` chooses it); None on CPUs without AMX or where the operators are
-    missing. Like `prepacked_linear`'s, its operators (`torch.ops.onednn.qlinear_prepack`,
+    missing (or `ONEDNN_MAX_CPU_ISA` rules AMX out). Like `prepacked_linear`'s, its operators (`torch.ops.onednn.qlinear_prepack`,
     `qlinear_pointwise`) are private to PyTorch: this is the one place that names them."""
     if not (
         weight.device.type == "cpu"
-        and torch.cpu._is_amx_tile_supported()
+        and onednn_amx()
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.onednn, "qlinear_prepack")
         and hasattr(torch.ops.onednn, "qlinear_pointwise")
