@@ -18,12 +18,14 @@ each operator shares its work with inside it) are summed into kinds:
 * cache reorder: `index_select` and indexing, which carry the key/value cache to the surviving
   hypotheses (and look the embeddings up);
 * other operators: every other operator (additions, LayerNorm, copies, views, masks, ...);
-* outside operators: the profiled decode's wall time less its operators' (Python, the framework).
+* outside operators: the median unprofiled time less the operators' (Python, the framework's
+  dispatch; at least 0).
 
-Each kind is reported as its share of the profiled decode (the profiler adds a little to every
-operator) times the median unprofiled time, per decoder step, in milliseconds. Where aiayn splits a
-batch over threads (`parallel_parts`), operators of the threads overlap: the kinds are then shares
-of the operators' summed time and "outside operators" is not measured.
+Each kind is reported in milliseconds per decoder step. The operators' times are the profiled
+decode's; the profiler's own cost falls between operators, which is why "outside operators" is taken
+from the unprofiled time. Where aiayn splits a batch over threads (`parallel_parts`), operators of the
+threads overlap: the kinds are then shares of the operators' summed time, scaled to the median time,
+and "outside operators" is not measured.
 
 The rows also go to a results file (`benchmarks/results.py`),
 `benchmarks/results/bench_decode_split.<machine>.json` unless `--results FILE` says where.
@@ -117,16 +119,16 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
     for name, run in systems.items():
         time.sleep(0.3)
         wall, kinds, operators = profiled(run)
-        overlapping = split_over_threads and name.startswith("aiayn")
-        kinds[OUTSIDE] = None if overlapping else max(0.0, wall - sum(kinds.values()))
-        total = sum(v for v in kinds.values() if v is not None)
         median = statistics.median(times[name])
+        operators_total = sum(kinds.values())
+        scale = median / operators_total if split_over_threads and name.startswith("aiayn") else 1.0
+        kinds[OUTSIDE] = None if scale != 1.0 else max(0.0, median - operators_total)
         row[name] = {
             "seconds": median,
             "times": [round(t, 4) for t in times[name]],
-            "ms_per_step": {k: None if v is None else v / total * median / steps * 1e3 for k, v in kinds.items()},
+            "ms_per_step": {k: None if v is None else v * scale / steps * 1e3 for k, v in kinds.items()},
             "profiled_seconds": wall,
-            "operators_ms_per_step": [[op, s / total * median / steps * 1e3] for op, s in operators[: args.top]],
+            "operators_ms_per_step": [[op, s * scale / steps * 1e3] for op, s in operators[: args.top]],
         }
     return row
 
