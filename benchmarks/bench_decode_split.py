@@ -170,6 +170,7 @@ def print_row(row: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dims", nargs="+", default=["base"], choices=sorted(PRESETS))
+    parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: small 10000, base 37000)")
     parser.add_argument("--batch", type=int, nargs="+", default=[8])
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=30, help="decoder steps per sentence")
@@ -187,7 +188,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for dims in args.dims:
-            models = build(dims, DEFAULT_VOCAB.get(dims, 10000), args.dtype, Path(tmp) / dims)
+            models = build(dims, args.vocab or DEFAULT_VOCAB.get(dims, 10000), args.dtype, Path(tmp) / dims)
             for batch in args.batch:
                 rows.append(split_row(dims, batch, args.threads, args, models))
                 print_row(rows[-1])

@@ -75,6 +75,29 @@ def test_bench_decode_runs_every_system(tmp_path):
         assert "ctranslate2_inter tok/s" in stdout
 
 
+def test_bench_decode_split_gives_every_system_its_time_by_kind(tmp_path):
+    stdout = _run(
+        "bench_decode_split.py",
+        *("--dims", "tiny", "--vocab", "120", "--batch", "2", "--beams", "2", "--new-tokens", "4"),
+        *("--min-src", "3", "--max-src", "6", "--threads", "1", "--repeats", "1", "--dtype", "fp32", "int8"),
+        *("--results", str(tmp_path / "split.json")),
+    )
+    assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
+    from benchmarks import results
+    from benchmarks.bench_decode_split import KIND_NAMES
+
+    (row,) = results.read(tmp_path / "split.json")["figures"]["rows"]
+    assert (row["dims"], row["batch"], row["new_tokens"]) == ("tiny", 2, 4)
+    for name in ("aiayn", "aiayn_int8", "hf_marian"):
+        system = row[name]
+        assert system["seconds"] > 0 and len(system["times"]) == 1
+        assert set(system["ms_per_step"]) == set(KIND_NAMES)
+        assert system["ms_per_step"]["matrix products"] > 0 and system["ms_per_step"]["attention"] > 0
+        assert system["operators_ms_per_step"] and all(ms >= 0 for _, ms in system["operators_ms_per_step"])
+    assert re.search(r"^\| matrix products \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", stdout, re.M), stdout
+    assert re.search(r"^fastest: aiayn\S* [\d.]+ s, hf_marian", stdout, re.M), stdout
+
+
 @pytest.mark.slow
 def test_bench_train_runs_every_side_on_a_small_corpus(tmp_path):
     corpus = tmp_path / "corpus"
