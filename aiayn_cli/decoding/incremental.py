@@ -14,9 +14,11 @@ module adds is only how the work is laid out:
 * `DecodingState`: the cache the model's attention reads and writes. The encoder runs once per
   batch; the encoder-decoder keys and values are computed once per sentence and shared by its beams
   (the beams of a sentence are the queries of one attention call); the self-attention keys and
-  values live in preallocated tensors, written in place and reordered with one `index_select` per
-  step for all layers; the rows of finished sentences are dropped, so that the batch shrinks as
-  sentences finish.
+  values live in preallocated tensors, written in place. At a beam step a hypothesis's cache stays in
+  its slot for the first row that continues it and is copied for each further one
+  (`IncrementalDecoder._keep_slots`); where the rows change otherwise, one `index_select` for all
+  layers moves them into place, and the rows of finished sentences are dropped, so that the batch
+  shrinks as sentences finish.
 """
 
 from __future__ import annotations
