@@ -172,9 +172,42 @@ def decoding_against_generate() -> list[Row]:
     return rows
 
 
+SPLIT_KINDS = (
+    "matrix products",
+    "attention",
+    "output distribution and search",
+    "cache reorder",
+    "other operators",
+    "outside operators",
+)
+
+
+def decoding_split() -> list[Row]:
+    """bench_decode_split's rows: each system's milliseconds per decoder step, by kind of operator."""
+    rows = [
+        Row("| dims | batch | threads | system | step | " + " | ".join(SPLIT_KINDS) + " | commit | hardware |", None),
+        Row("|---" * (len(SPLIT_KINDS) + 7) + "|", None),
+    ]
+    for path, r in results_files("bench_decode_split"):
+        commit = (r["commit"] or "?")[:10] + (" (modified)" if r.get("dirty") else "")
+        for row in r["figures"].get("rows", []):
+            for system, figures in ((k, v) for k, v in row.items() if isinstance(v, dict)):
+                kinds = figures["ms_per_step"]
+                cells = ["-" if kinds.get(kind) is None else f"{kinds[kind]:.2f}" for kind in SPLIT_KINDS]
+                step = figures["seconds"] / row["new_tokens"] * 1e3
+                text = (
+                    f"| {row['dims']} | {row['batch']} | {row['threads']} | {system} | **{step:.2f}** | "
+                    + " | ".join(cells)
+                    + f" | {commit} | {_hardware(r)} |"
+                )
+                rows.append(Row(text, path))
+    return rows
+
+
 TABLES: dict[str, Callable[[], list[Row]]] = {
     "decoding-against-generate": decoding_against_generate,
     "bench_decode-runs": measured_runs("bench_decode"),
+    "decoding-split": decoding_split,
     "quality": quality,
     "quickstart-runs": measured_runs("quickstart"),
     "multi30k-runs": measured_runs("multi30k_en_de"),
