@@ -131,7 +131,8 @@ def int8_linear_map(linear: nn.Module, relu: bool = False) -> Callable[[torch.Te
     """x -> x W^T + b (max(0, .) with `relu`, fused) for a dynamically quantized linear map
     (`torch.ao.nn.quantized.dynamic.Linear`, int8 weights): the operator its forward calls
     (`quantized::linear_dynamic`, or `linear_relu_dynamic`), on its packed weight, called straight; on a
-    CPU with AMX, calls with many outputs take `amx_int8_linear` on the same int8 weight instead."""
+    CPU with AMX, calls with enough work per thread (`amx_int8_min_rows`) take `amx_int8_linear` on the
+    same int8 weight instead."""
     packed = linear._packed_params._packed_params
     reduce_range = linear.version is not None and linear.version >= 4  # as its forward decides
     operator = torch.ops.quantized.linear_relu_dynamic if relu else torch.ops.quantized.linear_dynamic
@@ -167,9 +168,10 @@ def amx_int8_linear(
 ) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """x -> x W^T + b (max(0, .) with `relu`, fused) as oneDNN's int8 GEMM, for a weight quantized per
     output row (`torch.qint8`, zero points 0), with x quantized per call (uint8, one scale per call, as
-    `torch.quantize_per_tensor_dynamic` chooses it); None on CPUs without AMX or where the operators are
-    missing (or `ONEDNN_MAX_CPU_ISA` rules AMX out). Like `prepacked_linear`'s, its operators (`torch.ops.onednn.qlinear_prepack`,
-    `qlinear_pointwise`) are private to PyTorch: this is the one place that names them."""
+    `torch.quantize_per_tensor_dynamic` chooses it); None where oneDNN has no AMX here (`onednn_amx`:
+    none on the CPU, or `ONEDNN_MAX_CPU_ISA` rules it out) or the operators are missing. Like
+    `prepacked_linear`'s, its operators (`torch.ops.onednn.qlinear_prepack`, `qlinear_pointwise`) are
+    private to PyTorch: this is the one place that names them."""
     if not (
         weight.device.type == "cpu"
         and onednn_amx()
@@ -194,7 +196,7 @@ def amx_int8_linear(
             )  # fmt: skip
             return y.view(*x.shape[:-1], y.size(-1))
 
-        tiles(weight.new_zeros(1, weight.size(1), dtype=torch.float32))
+        tiles(torch.zeros(1, weight.size(1)))  # fails here, not at the first decode, where it cannot run
         return tiles
     except (RuntimeError, AttributeError):
         return None
