@@ -554,9 +554,9 @@ class IncrementalDecoder:
     def _keep_slots(self, rows: list[int]) -> None:
         """`select` where every sentence keeps its number of rows: a row's cache stays where it is (its
         slot) for the first row that continues it, and is copied into a slot that no row continues (of the
-        same sentence) for each further one. Beam search moves about half the rows at a step, but
-        continues only a quarter of them more than once: this copies those instead of the whole cache.
-        A step runs the rows in slot order, which is the same computation row by row: each sentence's
+        same sentence) for each further one: the cache of those rows only is copied (12-16 of 32 rows a
+        step at `base`, batch 8, beam 4, with random weights), not every row's. A step runs the rows in
+        slot order, which is the same computation row by row: each sentence's
         rows are a block of slots, as the encoder-decoder attention reads them."""
         n, k = len(rows), self.rows_per_sentence
         slots = self.slots if self.slots is not None else range(n)
@@ -609,7 +609,10 @@ __all__ = [
     "PreparedModel",
     "Projection",
     "UNSUPPORTED_CONFIG_FIELDS",
+    "amx_int8_linear",
+    "amx_int8_min_rows",
     "encode",
+    "int8_linear_map",
     "linear_map",
     "prepacked_linear",
 ]
