@@ -37,7 +37,7 @@ from aiayn_cli.decoding.incremental import (  # noqa: E402
     amx_int8_min_rows,
     prepacked_linear,
 )
-from aiayn_cli.precision import machine_summary  # noqa: E402
+from aiayn_cli.precision import machine_summary, onednn_amx  # noqa: E402
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -91,16 +91,15 @@ def main() -> None:
 
 
 def int8_table(shapes: dict[str, tuple[int, int]], args) -> None:
-    """GFLOP/s of fbgemm's int8 kernel / oneDNN's int8 GEMM on AMX (where the CPU has AMX)."""
+    """GFLOP/s of fbgemm's int8 kernel / oneDNN's int8 GEMM on AMX (where oneDNN uses AMX)."""
     import warnings
 
     from torch import nn
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    print("\nint8: GFLOP/s of fbgemm (PyTorch's dynamic quantization) / oneDNN int8 on AMX (where the CPU has AMX)")
+    print("\nint8: GFLOP/s of fbgemm (PyTorch's dynamic quantization) / oneDNN int8 on AMX (where oneDNN uses AMX)")
     print(
-        f"int8_linear_map: AMX (*) from amx_int8_min_rows rows on, where the CPU has AMX: "
-        f"{torch.cpu._is_amx_tile_supported()}"
+        f"int8_linear_map: AMX (*) from amx_int8_min_rows rows on, where oneDNN uses AMX (onednn_amx): {onednn_amx()}"
     )
     print("| projection | in x out | " + " | ".join(f"{n} rows" for n in args.rows) + " |")
     print("|---|---|" + "---|" * len(args.rows))

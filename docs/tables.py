@@ -172,28 +172,22 @@ def decoding_against_generate() -> list[Row]:
     return rows
 
 
-SPLIT_KINDS = (
-    "matrix products",
-    "attention",
-    "output distribution and search",
-    "cache reorder",
-    "other operators",
-    "outside operators",
-)
-
-
 def decoding_split() -> list[Row]:
-    """bench_decode_split's rows: each system's milliseconds per decoder step, by kind of operator."""
+    """bench_decode_split's rows: each system's milliseconds per decoder step, by kind of operator (the
+    kinds as the results files name them, in their order)."""
+    found = results_files("bench_decode_split")
+    systems = [v for _, r in found for row in r["figures"].get("rows", []) for v in row.values() if isinstance(v, dict)]
+    names = list(dict.fromkeys(kind for system in systems for kind in system["ms_per_step"]))
     rows = [
-        Row("| dims | batch | threads | system | step | " + " | ".join(SPLIT_KINDS) + " | commit | hardware |", None),
-        Row("|---" * (len(SPLIT_KINDS) + 7) + "|", None),
+        Row("| dims | batch | threads | system | step | " + " | ".join(names) + " | commit | hardware |", None),
+        Row("|---" * (len(names) + 7) + "|", None),
     ]
-    for path, r in results_files("bench_decode_split"):
+    for path, r in found:
         commit = (r["commit"] or "?")[:10] + (" (modified)" if r.get("dirty") else "")
         for row in r["figures"].get("rows", []):
             for system, figures in ((k, v) for k, v in row.items() if isinstance(v, dict)):
                 kinds = figures["ms_per_step"]
-                cells = ["-" if kinds.get(kind) is None else f"{kinds[kind]:.2f}" for kind in SPLIT_KINDS]
+                cells = ["-" if kinds.get(kind) is None else f"{kinds[kind]:.2f}" for kind in names]
                 step = figures["seconds"] / row["new_tokens"] * 1e3
                 text = (
                     f"| {row['dims']} | {row['batch']} | {row['threads']} | {system} | **{step:.2f}** | "

@@ -535,8 +535,9 @@ class IncrementalDecoder:
         self._to_slots = self._from_slots = None  # the same as index tensors: rows -> slots, slots -> rows
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> None:
-        if sentences.numel() == self.batch and rows.numel() == self.batch * self.rows_per_sentence > self.batch:
-            self._keep_slots(rows.tolist())  # the common beam search step: the same sentences, as many beams
+        same_shape = sentences.numel() == self.batch and rows.numel() == self.batch * self.rows_per_sentence
+        if same_shape and self.rows_per_sentence > 1:  # the common beam step: the same sentences and beams
+            self._keep_slots(rows.tolist())
             return
         if self.slots is not None:
             rows = self._to_slots.index_select(0, rows)
@@ -556,8 +557,8 @@ class IncrementalDecoder:
         slot) for the first row that continues it, and is copied into a slot that no row continues (of the
         same sentence) for each further one: the cache of those rows only is copied (12-16 of 32 rows a
         step at `base`, batch 8, beam 4, with random weights), not every row's. A step runs the rows in
-        slot order, which is the same computation row by row: each sentence's
-        rows are a block of slots, as the encoder-decoder attention reads them."""
+        slot order, which is the same computation row by row: each sentence's rows are a block of slots,
+        as the encoder-decoder attention reads them."""
         n, k = len(rows), self.rows_per_sentence
         slots = self.slots if self.slots is not None else range(n)
         parents = [slots[row] for row in rows]  # the slot each new row continues
