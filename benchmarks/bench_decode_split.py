@@ -183,6 +183,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=8, help="the largest operators kept per system")
     results_file.add_argument(parser, "bench_decode_split")
     args = parser.parse_args()
+    for name in ("repeats", "threads", "new_tokens", "beams", "top"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     recorder = results_file.Recorder("bench_decode_split")
     print(hardware(), flush=True)
     rows = []
