@@ -555,9 +555,8 @@ class IncrementalDecoder:
     def _keep_slots(self, rows: list[int]) -> None:
         """`select` where every sentence keeps its number of rows: a row's cache stays where it is (its
         slot) for the first row that continues it, and is copied into a slot that no row continues (of the
-        same sentence) for each further one: the cache of those rows only is copied (12-16 of 32 rows a
-        step at `base`, batch 8, beam 4, with random weights), not every row's. A step runs the rows in
-        slot order, which is the same computation row by row: each sentence's rows are a block of slots,
+        same sentence) for each further one: the cache of those rows only is copied, not every row's. A
+        step runs the rows in slot order, which is the same computation row by row: each sentence's rows are a block of slots,
         as the encoder-decoder attention reads them."""
         n, k = len(rows), self.rows_per_sentence
         slots = self.slots if self.slots is not None else range(n)
