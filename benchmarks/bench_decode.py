@@ -112,20 +112,23 @@ def make_batch(
     return ids, mask, sentences
 
 
-def build_aiayn(dims: str, vocab: int) -> AiaynForConditionalGeneration:
+def build_aiayn(dims: str, vocab: int, **overrides) -> AiaynForConditionalGeneration:
+    """The model of preset `dims` (random weights, seed 0); `overrides`: config fields set otherwise
+    (`d_model`, `d_ff`)."""
     torch.manual_seed(0)
-    config = AiaynConfig.from_preset(dims, vocab_size=vocab, max_position_embeddings=512)
+    config = AiaynConfig.from_preset(dims, vocab_size=vocab, max_position_embeddings=512, **overrides)
     return AiaynForConditionalGeneration(config).eval()
 
 
-def build_marian(dims: str, vocab: int, folder: Path):
-    """A MarianMTModel of the same dimensions, saved to `folder` (for CTranslate2's converter).
+def build_marian(dims: str, vocab: int, folder: Path, **overrides):
+    """A MarianMTModel of the same dimensions (`overrides` as `build_aiayn`'s), saved to `folder` (for
+    CTranslate2's converter).
 
     Marian's conventions: `</s>` = 0, `<unk>` = 1, `<pad>` = the last id, which is also the decoder
     start token (its embedding is zero)."""
     from transformers import MarianConfig, MarianMTModel
 
-    p = PRESETS[dims]
+    p = {**PRESETS[dims], **overrides}
     config = MarianConfig(
         vocab_size=vocab,
         d_model=p["d_model"],

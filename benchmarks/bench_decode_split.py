@@ -2,6 +2,7 @@
 
     python benchmarks/bench_decode_split.py                                   # base, batch 8, 2 threads
     python benchmarks/bench_decode_split.py --dims small --batch 1 32 --dtype fp32 bf16
+    python benchmarks/bench_decode_split.py --width 64 --vocab 64       # the step's fixed cost
 
 `bench_decode.py` says how fast each system decodes; this says where the time of a decode goes, so
 that a ratio between two systems can be read against what each one's steps are made of. Every
@@ -26,6 +27,10 @@ decode's; the profiler's own cost falls between operators, which is why "outside
 from the unprofiled time. Where aiayn splits a batch over threads (`parallel_parts`), operators of the
 threads overlap: the kinds are then shares of the operators' summed time, scaled to the median time,
 and "outside operators" is not measured.
+
+With `--width W`, every system's d_model and d_ff are W (the layers and heads as `--dims` has them):
+the same operators and the same Python for each step, on arithmetic too small to count. What a step
+costs then is its fixed cost, which no faster kernel removes.
 
 The rows also go to a results file (`benchmarks/results.py`),
 `benchmarks/results/bench_decode_split.<machine>.json` unless `--results FILE` says where.
@@ -116,6 +121,8 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
             times[name].append(time.perf_counter() - start)
     split_over_threads = threads > 1 and batch * beams >= SPLIT_MIN_ROWS * threads
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
+    if args.width:
+        row["width"] = args.width
     for name, run in systems.items():
         time.sleep(0.3)
         wall, kinds, operators = profiled(run)
@@ -133,10 +140,12 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
     return row
 
 
-def build(dims: str, vocab: int, dtypes: list[str], folder: Path) -> dict:
-    aiayn = build_aiayn(dims, vocab)
+def build(dims: str, vocab: int, dtypes: list[str], folder: Path, width: int | None = None) -> dict:
+    """Each system's models (`width`: d_model and d_ff set to it)."""
+    overrides = {"d_model": width, "d_ff": width} if width else {}
+    aiayn = build_aiayn(dims, vocab, **overrides)
     models = {"vocab": vocab, "aiayn": {}, "prepared": {}, "marian": {}}
-    marian = build_marian(dims, vocab, folder)
+    marian = build_marian(dims, vocab, folder, **overrides)
     for dtype in dtypes:
         model = copy.deepcopy(aiayn).to(torch.bfloat16) if dtype == "bf16" else aiayn
         models["aiayn"][dtype] = model
@@ -148,7 +157,8 @@ def build(dims: str, vocab: int, dtypes: list[str], folder: Path) -> dict:
 
 def print_row(row: dict) -> None:
     names = [k for k, v in row.items() if isinstance(v, dict)]
-    print(f"\n{row['dims']}, batch {row['batch']}, {row['threads']} threads: ms per decoder step")
+    width = f" at width {row['width']}" if "width" in row else ""
+    print(f"\n{row['dims']}{width}, batch {row['batch']}, {row['threads']} threads: ms per decoder step")
     print("| kind | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for kind in KIND_NAMES:
@@ -181,17 +191,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=8, help="the largest operators kept per system")
+    parser.add_argument(
+        "--width", type=int, default=None, help="d_model and d_ff of every system (default: the preset's)"
+    )
     results_file.add_argument(parser, "bench_decode_split")
     args = parser.parse_args()
     for name in ("repeats", "threads", "new_tokens", "beams", "top"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if min(args.batch) < 1:
+        parser.error(f"--batch must be >= 1, got {min(args.batch)}")
+    for dims in args.dims if args.width is not None else ():
+        if args.width < 1 or args.width % PRESETS[dims]["num_heads"]:
+            heads = PRESETS[dims]["num_heads"]
+            parser.error(f"--width must be a positive multiple of {dims}'s {heads} heads, got {args.width}")
     recorder = results_file.Recorder("bench_decode_split")
     print(hardware(), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for dims in args.dims:
-            models = build(dims, args.vocab or DEFAULT_VOCAB.get(dims, 10000), args.dtype, Path(tmp) / dims)
+            vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
+            models = build(dims, vocab, args.dtype, Path(tmp) / dims, args.width)
             for batch in args.batch:
                 rows.append(split_row(dims, batch, args.threads, args, models))
                 print_row(rows[-1])

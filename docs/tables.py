@@ -174,7 +174,7 @@ def decoding_against_generate() -> list[Row]:
 
 def decoding_split() -> list[Row]:
     """bench_decode_split's rows: each system's milliseconds per decoder step, by kind of operator (the
-    kinds as the results files name them, in their order)."""
+    kinds as the results files name them, in their order); a row measured with `--width` names it."""
     found = results_files("bench_decode_split")
     systems = [v for _, r in found for row in r["figures"].get("rows", []) for v in row.values() if isinstance(v, dict)]
     names = list(dict.fromkeys(kind for system in systems for kind in system["ms_per_step"]))
@@ -189,8 +189,9 @@ def decoding_split() -> list[Row]:
                 kinds = figures["ms_per_step"]
                 cells = ["-" if kinds.get(kind) is None else f"{kinds[kind]:.2f}" for kind in names]
                 step = figures["seconds"] / row["new_tokens"] * 1e3
+                dims = f"{row['dims']} at width {row['width']}" if "width" in row else row["dims"]
                 text = (
-                    f"| {row['dims']} | {row['batch']} | {row['threads']} | {system} | **{step:.2f}** | "
+                    f"| {dims} | {row['batch']} | {row['threads']} | {system} | **{step:.2f}** | "
                     + " | ".join(cells)
                     + f" | {commit} | {_hardware(r)} |"
                 )

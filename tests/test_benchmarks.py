@@ -80,14 +80,15 @@ def test_bench_decode_split_gives_every_system_its_time_by_kind(tmp_path):
         "bench_decode_split.py",
         *("--dims", "tiny", "--vocab", "120", "--batch", "2", "--beams", "2", "--new-tokens", "4"),
         *("--min-src", "3", "--max-src", "6", "--threads", "1", "--repeats", "1", "--dtype", "fp32", "int8"),
-        *("--results", str(tmp_path / "split.json")),
+        *("--width", "32", "--results", str(tmp_path / "split.json")),
     )
     assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
     from benchmarks import results
     from benchmarks.bench_decode_split import KIND_NAMES
 
     (row,) = results.read(tmp_path / "split.json")["figures"]["rows"]
-    assert (row["dims"], row["batch"], row["new_tokens"]) == ("tiny", 2, 4)
+    assert (row["dims"], row["batch"], row["new_tokens"], row["width"]) == ("tiny", 2, 4, 32)
+    assert "tiny at width 32, batch 2, 1 threads" in stdout
     for name in ("aiayn", "aiayn_int8", "hf_marian"):
         system = row[name]
         assert system["seconds"] > 0 and len(system["times"]) == 1
@@ -96,6 +97,49 @@ def test_bench_decode_split_gives_every_system_its_time_by_kind(tmp_path):
         assert system["operators_ms_per_step"] and all(ms >= 0 for _, ms in system["operators_ms_per_step"])
     assert re.search(r"^\| matrix products \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", stdout, re.M), stdout
     assert re.search(r"^fastest: aiayn\S* [\d.]+ s, hf_marian", stdout, re.M), stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--batch", "0"), "--batch must be >= 1, got 0"),
+        (("--dims", "tiny", "--width", "30"), "--width must be a positive multiple of tiny's 4 heads, got 30"),
+    ],
+)
+def test_bench_decode_split_refuses_bad_options_in_one_line(options, message):
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_decode_split.py"), *options],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=cli_env(),
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == f"bench_decode_split.py: error: {message}"
+
+
+@pytest.mark.slow  # compiles the decoder's step once
+def test_bench_decode_compile_times_both_sides(tmp_path):
+    stdout = _run(
+        "bench_decode_compile.py",
+        *("--dims", "tiny", "--vocab", "120", "--batch", "2", "--beams", "2", "--new-tokens", "3"),
+        *("--min-src", "3", "--max-src", "6", "--threads", "1", "--repeats", "1", "--dtype", "fp32"),
+        *("--results", str(tmp_path / "compile.json")),
+    )
+    assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
+    from benchmarks import results
+
+    (row,) = results.read(tmp_path / "compile.json")["figures"]["rows"]
+    assert (row["dims"], row["batch"], row["beams"], row["new_tokens"], row["dtype"]) == ("tiny", 2, 2, 3, "fp32")
+    assert row["first_compiled_seconds"] > 0 and row["eager/compiled"] > 0
+    for side in ("eager", "compiled"):
+        assert row[f"{side}_ms_per_step"] > 0 and len(row[f"{side}_times"]) == 1
+    # with inductor's freezing, or the line its failure gave (then compiled without it)
+    assert row["freezing"] in (True, False) or re.match(r"failed: \w+(Error|Exception): ", row["freezing"])
+    assert isinstance(row["same_tokens"], bool)
+    assert re.search(r"^\| tiny \| 2 \| fp32 \| 1 \| [^|]+ \| [\d.]+ s \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", stdout, re.M)
 
 
 @pytest.mark.slow
