@@ -140,7 +140,7 @@ def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
                 times[name].append(time.perf_counter() - start)
     for name, seconds in times.items():
         row[f"{name}_ms_per_step"] = statistics.median(seconds) / args.new_tokens * 1e3
-        row[f"{name}_times"] = [round(t, 4) for t in seconds]
+        row[f"{name}_times"] = [round(t, 6) for t in seconds]
     row["eager/compiled"] = statistics.median(e / c for e, c in zip(times["eager"], times["compiled"]))
     row["same_tokens"] = bool(torch.equal(eager_tokens, compiled_tokens))
     return row
