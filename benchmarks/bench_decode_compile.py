@@ -18,7 +18,8 @@ do the decoder's work only.
   `freezing`, which prepacks the linear maps as the eager side does, is tried first; where it does not
   compile, the row keeps the error's last line and the step is compiled without it.
 
-Each row: the seconds of the first compiled decode (tracing and compiling, paid once a process), the
+Each row: the seconds of the first compiled decode (tracing and compiling, paid once a process; the
+row keeps inductor's caches in a new folder, so that every compilation starts cold), the
 median milliseconds per step of both over `--repeats` decodes, alternating, eager's time over the
 compiled one's, and whether both fed the same tokens. int8 is not compiled: the engine's int8 maps call
 PyTorch's quantized operators, which the compiler does not trace.
@@ -30,10 +31,14 @@ The rows also go to a results file (`benchmarks/results.py`),
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -94,6 +99,20 @@ def compiled_decode(step, model, prepared, ids, mask, beams: int, steps: int) ->
     return torch.stack(fed)
 
 
+@contextmanager
+def _environment(**variables: str) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def error_line(error: Exception) -> str:
     """The line of a compiler's failure that names the error (its message is pages long)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
@@ -117,7 +136,11 @@ def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
         torch._dynamo.reset()  # a fresh compilation for every row, as a new process pays it
         step = compiled_step(model)
         try:
-            with torch._inductor.config.patch(freezing=freezing):
+            with (
+                torch._inductor.config.patch(freezing=freezing),
+                tempfile.TemporaryDirectory(prefix="bench_decode_compile-") as cache,
+                _environment(TORCHINDUCTOR_CACHE_DIR=cache),  # no compiled code of an earlier row or run
+            ):
                 start = time.perf_counter()
                 compiled_tokens = compiled_decode(step, *compiled_work)
                 row["first_compiled_seconds"] = time.perf_counter() - start
