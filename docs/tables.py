@@ -172,6 +172,65 @@ def decoding_against_generate() -> list[Row]:
     return rows
 
 
+def decoding_by_run() -> list[Row]:
+    """One line per bench_decode run, oldest first: at each of its rows (dims and batch, the most threads it
+    measured) the engine at its fastest precision over `generate()` at its fastest, and how many rows
+    reach 2x (runs without `generate()` left out)."""
+    found = results_files("bench_decode")
+
+    def best_rows(record: dict) -> dict[tuple[str, int], dict]:
+        rows = [row for row in record["figures"].get("rows", []) if "hf_marian_tok_s" in row and "aiayn_tok_s" in row]
+        return {(row["dims"], row["batch"]): row for row in sorted(rows, key=lambda row: row["threads"])}
+
+    runs = sorted(((path, r, best_rows(r)) for path, r in found if best_rows(r)), key=lambda run: run[1]["date"])
+    dims_order = list(dict.fromkeys(dims for _, _, rows in runs for dims, _ in rows))
+    columns = sorted({key for _, _, rows in runs for key in rows}, key=lambda key: (dims_order.index(key[0]), key[1]))
+    header = " | ".join(f"{dims} {batch}" for dims, batch in columns)
+    rows = [
+        Row(f"| run | {header} | at 2x or above | commit | hardware |", None),
+        Row("|---" * (len(columns) + 4) + "|", None),
+    ]
+    for path, r, measured in runs:
+        cells, reached = [], 0
+        for key in columns:
+            if key not in measured:
+                cells.append("-")
+                continue
+            ratio = _fastest(measured[key], "aiayn")[1] / _fastest(measured[key], "hf_marian")[1]
+            reached += ratio >= 2
+            cells.append(f"{ratio:.2f}x" if ratio >= 2 else f"**{ratio:.2f}x**")
+        commit = (r["commit"] or "?")[:10] + (" (modified)" if r.get("dirty") else "")
+        run = path.name.removeprefix("bench_decode.").removesuffix(".json")
+        rows.append(
+            Row(f"| {run} | {' | '.join(cells)} | {reached} of {len(measured)} | {commit} | {_hardware(r)} |", path)
+        )
+    return rows
+
+
+def decoding_compile() -> list[Row]:
+    """bench_decode_compile's rows: the engine's step eager against `torch.compile` of the model's step."""
+    rows = [
+        Row(
+            "| dims | batch | dtype | threads | freezing | first compiled decode | eager ms/step | compiled ms/step "
+            "| compiled speed-up | same tokens | commit | hardware |",
+            None,
+        ),
+        Row("|---" * 12 + "|", None),
+    ]
+    for path, r in results_files("bench_decode_compile"):
+        commit = (r["commit"] or "?")[:10] + (" (modified)" if r.get("dirty") else "")
+        for row in r["figures"].get("rows", []):
+            freezing = "yes" if row["freezing"] is True else "no" if row["freezing"] is False else "failed to compile"
+            text = (
+                f"| {row['dims']} | {row['batch']} | {row['dtype']} | {row['threads']} | {freezing} | "
+                f"{row['first_compiled_seconds']:.1f} s | {row['eager_ms_per_step']:.2f} | "
+                f"{row['compiled_ms_per_step']:.2f} | {row['eager/compiled']:.2f}x | {row['same_tokens']} | "
+                f"{commit} | {_hardware(r)} |"
+            )
+            rows.append(Row(text, path))
+    return rows
+
+
 def decoding_split() -> list[Row]:
     """bench_decode_split's rows: each system's milliseconds per decoder step, by kind of operator (the
     kinds as the results files name them, in their order); a row measured with `--width` names it."""
@@ -203,6 +262,8 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
     "decoding-against-generate": decoding_against_generate,
     "bench_decode-runs": measured_runs("bench_decode"),
     "decoding-split": decoding_split,
+    "decoding-by-run": decoding_by_run,
+    "decoding-compile": decoding_compile,
     "quality": quality,
     "quickstart-runs": measured_runs("quickstart"),
     "multi30k-runs": measured_runs("multi30k_en_de"),

@@ -99,6 +99,24 @@ def test_bench_decode_split_gives_every_system_its_time_by_kind(tmp_path):
     assert re.search(r"^fastest: aiayn\S* [\d.]+ s, hf_marian", stdout, re.M), stdout
 
 
+@pytest.mark.slow
+def test_bench_decode_split_leaves_a_batch_split_over_threads_unprofiled(tmp_path):
+    stdout = _run(
+        "bench_decode_split.py",
+        *("--dims", "tiny", "--vocab", "120", "--batch", "32", "--beams", "4", "--new-tokens", "3"),
+        *("--min-src", "3", "--max-src", "6", "--threads", "2", "--repeats", "1", "--dtype", "fp32"),
+        *("--results", str(tmp_path / "split.json")),
+    )
+    from benchmarks import results
+
+    (row,) = results.read(tmp_path / "split.json")["figures"]["rows"]
+    # 128 rows on 2 threads: aiayn decodes a part on each (`parallel_parts`), where the profiler does not look
+    assert row["aiayn"]["seconds"] > 0 and set(row["aiayn"]["ms_per_step"].values()) == {None}
+    assert row["hf_marian"]["ms_per_step"]["matrix products"] > 0
+    assert re.search(r"^\| matrix products \| - \| [\d.]+ \|$", stdout, re.M), stdout
+    assert "(not profiled: split over threads)" in stdout
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
