@@ -144,7 +144,9 @@ def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
                 start = time.perf_counter()
                 compiled_tokens = compiled_decode(step, *compiled_work)
                 row["first_compiled_seconds"] = time.perf_counter() - start
-        except Exception as error:  # noqa: BLE001 - the compiler's failure is a result here
+        except Exception as error:  # noqa: BLE001 - freezing's failure is a result here
+            if not freezing:  # the step does not compile at all: nothing to measure
+                raise
             row["freezing"] = f"failed: {error_line(error)}"
             continue
         row["freezing"] = row["freezing"] or freezing
