@@ -331,7 +331,10 @@ def _engine_load(name: str, folder: str, cache: str, dtype: str, threads: int) -
     os.environ["AIAYN_CACHE"] = cache
     torch.set_num_threads(threads)
     engine = Translator.from_pretrained(folder, device="cpu", dtype=dtype, engine="ctranslate2")
+    engine.translator_for(2 * threads)  # loads the replicas where a batch takes them
     engine.ctranslate2 = _TimedTranslator(engine.ctranslate2)
+    if engine.replicas is not None:
+        engine.replicas = _TimedTranslator(engine.replicas)
     _TRANSLATORS[name], _ENGINE_SHARES[name] = engine, []
     direct = name.replace("aiayn_ct2", "ct2_direct")
     compute_type = engine.compute_type
@@ -343,11 +346,13 @@ def _engine_load(name: str, folder: str, cache: str, dtype: str, threads: int) -
 def _engine_timed(name: str, sources: list[list[int]], steps: int, beams: int) -> tuple[float, int]:
     engine = _TRANSLATORS[name]
     options = engine_options(steps, beams)
-    engine.ctranslate2.seconds.clear()
+    timed = [t for t in (engine.ctranslate2, engine.replicas) if t is not None]
+    for translator in timed:
+        translator.seconds.clear()
     start = time.perf_counter()
     hyps = engine._decode(sources, options)  # a batch, as `Translator.hypotheses` decodes it
     seconds = time.perf_counter() - start
-    _ENGINE_SHARES[name].append((seconds - sum(engine.ctranslate2.seconds)) / seconds)
+    _ENGINE_SHARES[name].append((seconds - sum(sum(t.seconds) for t in timed)) / seconds)
     assert {len(h[0].tokens) for h in hyps} == {steps - 1}, {len(h[0].tokens) for h in hyps}
     assert all(len(h) == 1 and h[0].log_prob < 0 for h in hyps)  # ended with </s>
     return seconds, steps * len(sources)

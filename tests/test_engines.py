@@ -221,3 +221,27 @@ def test_serve_refuses_a_default_the_engine_cannot_decode_before_listening(model
         "error: --length-penalty-style gnmt: CTranslate2's beam search ranks by |Y|^alpha, not by the paper's "
         "GNMT penalty; use --length-penalty-style hf (or --engine torch)"
     )
+
+
+def test_a_batch_of_two_sentences_a_thread_is_decoded_in_parts_by_single_thread_replicas(model_dir, cache):
+    from aiayn_cli.model.loading import load_pretrained
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model, tokenizer = load_pretrained(str(model_dir))
+        ct2 = CTranslate2Translator(model, tokenizer, device="cpu", dtype="fp32", cache=cache)
+    finally:
+        torch.set_num_threads(threads)
+    assert ct2.translator_for(3) == (ct2.ctranslate2, 0) and ct2.replicas is None  # loaded when needed
+    replicas, part = ct2.translator_for(9)
+    assert replicas is ct2.replicas and part == 5
+    assert (replicas.num_translators, ct2.ctranslate2.num_translators) == (2, 1)
+    inputs = sentences(9, seed=5)
+    in_parts = ct2.hypotheses(inputs, nbest=2, **HF)
+    ct2.translator_for = lambda sentences: (ct2.ctranslate2, 0)  # the whole batch on one replica
+    whole = ct2.hypotheses(inputs, nbest=2, **HF)
+    # the same hypotheses; scores to float32's rounding (a part is padded to its own longest sentence)
+    assert [[h.tokens for h in hyps] for hyps in whole] == [[h.tokens for h in hyps] for hyps in in_parts]
+    flat = [x for hyps in whole for h in hyps for x in (h.score, h.log_prob)]
+    assert flat == pytest.approx([x for hyps in in_parts for h in hyps for x in (h.score, h.log_prob)], abs=1e-4)

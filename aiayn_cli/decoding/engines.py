@@ -174,7 +174,9 @@ class CTranslate2Translator(Translator):
 
     The PyTorch weights are dropped once converted (the model stays on the meta device for its
     configuration and generation_config). Threads: PyTorch's count (`torch.set_num_threads`, as
-    `aiayn translate --threads` sets it), as CTranslate2's `intra_threads`.
+    `aiayn translate --threads` sets it): on a CPU, a batch of fewer than two sentences per thread is
+    decoded by one replica with every thread on each operation (`intra_threads`), a larger one by one
+    single-thread replica per thread, each decoding a part of it (`inter_threads`; `translator_for`).
     """
 
     engine = "ctranslate2"
@@ -196,12 +198,11 @@ class CTranslate2Translator(Translator):
         self.model = self.model.to("meta")  # the weights live in CTranslate2 now
         self.device = torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
         self.precision = self.compute_type
-        # Every thread on each operation, one replica: `benchmarks/bench_decode.py` measures this
-        # (ct2_direct) against one single-thread replica per part of the batch (ct2_direct_inter).
         self.threads = torch.get_num_threads()
         self.ctranslate2 = self._load(kind, index)
+        self.replicas = None  # one replica per thread, loaded for the first batch that takes them
 
-    def _load(self, kind: str, index: int):
+    def _load(self, kind: str, index: int, replicas: bool = False):
         import ctranslate2
 
         return ctranslate2.Translator(
@@ -209,9 +210,21 @@ class CTranslate2Translator(Translator):
             device=kind,
             device_index=index,
             compute_type=self.compute_type,
-            intra_threads=self.threads,
-            inter_threads=1,
+            intra_threads=1 if replicas else self.threads,
+            inter_threads=self.threads if replicas else 1,
         )
+
+    def translator_for(self, sentences: int):
+        """(CTranslate2 translator, `max_batch_size`) for a batch of `sentences`: one replica with every
+        thread on each operation, or, on a CPU where each of several threads gets two sentences or more,
+        one single-thread replica per thread decoding a part each. `benchmarks/bench_decode.py` measures
+        both (ct2_direct, ct2_direct_inter): the parts run faster from two sentences a thread on, in
+        float32 and int8 (docs/engines.md)."""
+        if self.device.type != "cpu" or self.threads < 2 or sentences < 2 * self.threads:
+            return self.ctranslate2, 0
+        if self.replicas is None:
+            self.replicas = self._load("cpu", 0, replicas=True)
+        return self.replicas, -(-sentences // self.threads)
 
     def decoding_options(self, **overrides) -> DecodingOptions:
         """`Translator.decoding_options`, refused in one line where CTranslate2 cannot decode so."""
@@ -229,16 +242,17 @@ class CTranslate2Translator(Translator):
         arguments = ctranslate2_options(options)
         tokens = [self.tokenizer.convert_ids_to_tokens(ids) for ids in sources]
         max_lens = max_output_lengths([len(s) for s in sources], options, output_length_cap(self.model))
-        translator = self.ctranslate2
+        translator, part = self.translator_for(len(tokens))
         if options.do_sample and options.seed is not None:
             # CTranslate2's workers seed their generators when they start: a seeded call gets its own.
             ctranslate2.set_random_seed(options.seed)
-            translator = self._load(self.device.type, self.device.index or 0)
+            translator, part = self._load(self.device.type, self.device.index or 0), 0
         search = options.num_beams > 1 and not options.do_sample
         if search:  # every candidate the beam ends with: those cut at their limit are ranked again below
             arguments["num_hypotheses"] = options.num_beams
         results = translator.translate_batch(
             tokens,
+            max_batch_size=part,  # parts decoded at once by the replicas (0: the whole batch)
             max_decoding_length=max(max_lens) + 1,  # the tokens and </s>
             min_decoding_length=options.min_len,
             **arguments,
