@@ -37,9 +37,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -99,20 +98,6 @@ def compiled_decode(step, model, prepared, ids, mask, beams: int, steps: int) ->
     return torch.stack(fed)
 
 
-@contextmanager
-def _environment(**variables: str) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def error_line(error: Exception) -> str:
     """The line of a compiler's failure that names the error (its message is pages long)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
@@ -139,7 +124,7 @@ def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
             with (
                 torch._inductor.config.patch(freezing=freezing),
                 tempfile.TemporaryDirectory(prefix="bench_decode_compile-") as cache,
-                _environment(TORCHINDUCTOR_CACHE_DIR=cache),  # no compiled code of an earlier row or run
+                mock.patch.dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache),  # no compiled code of an earlier row or run
             ):
                 start = time.perf_counter()
                 compiled_tokens = compiled_decode(step, *compiled_work)
