@@ -394,9 +394,9 @@ def engine_option(panel: str | None = None) -> Any:
         "--engine",
         metavar="torch|ctranslate2",
         rich_help_panel=panel,
-        help="torch: aiayn's decoder (every option; the paper's GNMT length penalty). ctranslate2: the model "
-        "converted once for CTranslate2 (kept in the cache folder, $AIAYN_CACHE) and decoded there; its beam "
-        "search needs --length-penalty-style hf; --quantization int8 is its int8.",
+        help="torch: aiayn's decoder (every option). ctranslate2: the model converted once for CTranslate2 (kept "
+        "in the cache folder, $AIAYN_CACHE) and decoded there, its finished hypotheses ranked by the same length "
+        "penalty (the paper's GNMT by default); --quantization int8 is its int8.",
     )
 
 

@@ -146,9 +146,6 @@ class Translator:
         given = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
         options = DecodingOptions.from_generation_config(self.model.generation_config, **given)
         options.validate()
-        check = getattr(self.engine, "check", None)
-        if check is not None:
-            check(options)
         return options
 
     def encode(
