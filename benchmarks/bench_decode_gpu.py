@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.decoding.translator import pick_dtype  # noqa: E402
+from aiayn_cli.decoding.torch_engine import pick_dtype  # noqa: E402
 from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian, timed  # noqa: E402
 
 
