@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
+from ...data.spec import DataSpec
 from ...errors import AiaynError
 from .. import options
 
 
+@options.with_data_options()
 def layers(
     model: options.ModelOpt = ...,
     output: Annotated[
@@ -33,21 +35,8 @@ def layers(
         str | None,
         typer.Option("--reference", metavar="TEXT", help="Its reference translation.", show_default=False),
     ] = None,
-    dataset: options.DatasetOpt = None,
-    dataset_config: options.DatasetConfigOpt = None,
-    data_dir: options.DataDirOpt = None,
-    prefix: options.PrefixOpt = None,
-    source_file: options.SourceFileOpt = None,
-    target_file: options.TargetFileOpt = None,
-    data_file: options.DataFileOpt = None,
-    source_lang: options.SourceLangOpt = None,
-    target_lang: options.TargetLangOpt = None,
-    split: Annotated[
-        str,
-        typer.Option(
-            "--split", metavar="SPLIT", rich_help_panel=options.PANEL, help="The held-out split to measure on."
-        ),
-    ] = "validation",
+    data: DataSpec | None = None,
+    split: options.HeldOutSplitOpt = "validation",
     sample: Annotated[
         int | None,
         typer.Option(
@@ -82,24 +71,13 @@ def layers(
     if (sentence is None) != (reference is None):
         raise AiaynError("{sentence} and {reference} go together: give both", mentions=("sentence", "reference"))
     check_output_files(output, ["layers.json", "layers.md"], overwrite=overwrite, key="output")  # before the work
-    spec = options.data_spec(
-        dataset=dataset,
-        dataset_config=dataset_config,
-        data_dir=data_dir,
-        prefix=prefix,
-        source_file=source_file,
-        target_file=target_file,
-        data_file=data_file,
-        source_lang=source_lang,
-        target_lang=target_lang,
-    )
     translator = Translator.from_pretrained(model, device=device, dtype="fp32")
-    pairs = load_sample(translator, spec, split, sample)
+    pairs = load_sample(translator, data, split, sample)
     report = measure_layers(translator.model, pairs)
-    align_path = alignment_file(spec, split)
+    align_path = alignment_file(data, split)
     if align_path is not None:
         report.aer = alignment_by_layer(
-            translator.model, translator.tokenizer, align_path, spec.source_lang, spec.target_lang, sample
+            translator.model, translator.tokenizer, align_path, data.source_lang, data.target_lang, sample
         )
     source, target = (sentence, reference) if sentence is not None else (pairs.sources[0], pairs.references[0])
     grid = layer_predictions(translator.model, translator.tokenizer, source, target)
