@@ -4,7 +4,7 @@ incremental decoder they drive (`incremental`), and `Translator`, which turns te
 
 from typing import TYPE_CHECKING
 
-from .. import lazy_exports
+from ..lazy import lazy_exports
 
 _EXPORTS = {
     "DecodingOptions": ".defaults",

@@ -75,7 +75,7 @@ def find_beside(model_dir: Path, names: tuple[str, ...]) -> Path | None:
 
 def load_for_staging(model_dir: Path):
     """The model and tokenizer of a folder written by `aiayn train` / `aiayn average` (or any aiayn folder)."""
-    from .. import AiaynForConditionalGeneration  # registers the auto classes
+    from ..model import AiaynForConditionalGeneration  # registers the auto classes
 
     if not (model_dir / "config.json").is_file():
         raise AiaynError(f"{model_dir}: not a model folder (no config.json)")
