@@ -12,8 +12,17 @@ from ...errors import AiaynError
 from .. import options
 
 
-@options.with_data_options()
+@options.with_data_options(need="optional")
 def layers(
+    sentence_argument: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="SENTENCE",
+            help="A source sentence to show layer by layer (as translate and attention take it), against --reference "
+            "or else the model's own translation; without data options, the table is of this sentence alone.",
+            show_default=False,
+        ),
+    ] = None,
     model: options.ModelOpt = ...,
     output: Annotated[
         Path,
@@ -58,30 +67,29 @@ def layers(
     """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
 
     \b
+    aiayn layers -m runs/multi30k_en_de/averaged "A dog runs through the grass."
     aiayn layers -m runs/multi30k_en_de/averaged --data-dir DATA -s en -t de -o layers
     aiayn layers -m aiayn-quickstart/run/averaged --data-dir aiayn-quickstart/data -s en -t de --split test
     (AER per layer where the split has true alignments, {split}.align, as the quickstart's data has)
     """
     from ...decoding.translator import Translator
     from ...files import check_output_files
-    from ...inspection.heads import load_sample
     from ...inspection.layer_figures import summary, table, write_layer_report
-    from ...inspection.layers import alignment_by_layer, alignment_file, layer_predictions, measure_layers
+    from ...inspection.layers import inspect_layers
 
-    if (sentence is None) != (reference is None):
+    if sentence_argument is not None:
+        if sentence is not None:
+            raise AiaynError("and a SENTENCE: give the sentence once", key="sentence")
+        sentence = sentence_argument
+    elif (sentence is None) != (reference is None):
         raise AiaynError("{sentence} and {reference} go together: give both", mentions=("sentence", "reference"))
+    if sentence is None and data is None:
+        raise AiaynError('give a SENTENCE (aiayn layers -m MODEL "A dog runs.") or data options '
+                         "(--data-dir DIR -s en -t de --split validation)")  # fmt: skip
     check_output_files(output, ["layers.json", "layers.md"], overwrite=overwrite, key="output")  # before the work
     translator = Translator.from_pretrained(model, device=device, dtype="fp32")
-    pairs = load_sample(translator, data, split, sample)
-    report = measure_layers(translator.model, pairs)
-    align_path = alignment_file(data, split)
-    if align_path is not None:
-        report.aer = alignment_by_layer(
-            translator.model, translator.tokenizer, align_path, data.source_lang, data.target_lang, sample
-        )
-    source, target = (sentence, reference) if sentence is not None else (pairs.sources[0], pairs.references[0])
-    grid = layer_predictions(translator.model, translator.tokenizer, source, target)
-    report.settings = {"model": model, "split": split, "pairs": len(pairs.sources), "alignments": str(align_path)}
+    report, grid = inspect_layers(translator, data, split, sample, sentence, reference)
+    report.settings = {"model": model, **report.settings}
     written = write_layer_report(report, grid, output, overwrite=overwrite)
     typer.echo(table(report))
     typer.echo("What to notice:")
