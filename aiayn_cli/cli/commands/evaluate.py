@@ -129,7 +129,16 @@ def evaluate(
 
     _check_outputs(
         {"json_path": json_path, "output": output},
-        [*([hypotheses] if hypotheses else []), *(references or []), source_file, target_file, data_file, prefix],
+        [
+            *([hypotheses] if hypotheses else []),
+            *(references or []),
+            source_file,
+            target_file,
+            data_file,
+            prefix,
+            model,
+            data_dir,
+        ],  # fmt: skip
     )
     _check_not_the_hypotheses(hypotheses, references)
     if output is not None and model is None:
@@ -165,7 +174,7 @@ def evaluate(
         )
         from ...data.corpus import split_files
 
-        _check_outputs({"json_path": json_path, "output": output}, split_files(spec, split))
+        _check_outputs({"json_path": json_path, "output": output}, [*split_files(spec, split), model, data_dir])
         if grid is not None and "test" in split.lower():
             typer.echo(f"warning: choosing alpha on the {split} split makes its score optimistic; "
                        "choose on the validation split, then score the test split", err=True)  # fmt: skip
