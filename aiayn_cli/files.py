@@ -194,8 +194,7 @@ def staging_files(folder: str | os.PathLike, *, overwrite: bool = False, key: st
 def remove_dir(path: str | os.PathLike) -> None:
     """Delete a folder, renaming it first: a crash never leaves a half-deleted folder under its name."""
     path = Path(path)
-    old = path.with_name(path.name + ".old")
-    _remove(old)
+    old = _backup_name(path)
     os.replace(path, old)
     _remove(old)
 
@@ -208,12 +207,20 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
         os.replace(tmp, final)
         fsync_dir(final.parent)
         return
-    old = final.with_name(final.name + ".old")
-    _remove(old)
+    old = _backup_name(final)
     os.replace(final, old)
     os.replace(tmp, final)
     fsync_dir(final.parent)
     _remove(old)
+
+
+def _backup_name(path: Path) -> Path:
+    """A name beside `path` that nothing has (`NAME.<random>.old`): the old folder moves there to be removed,
+    so a user's own `NAME.old` is never touched. A killed run's leftover is found by its `.old` suffix."""
+    while True:
+        old = path.with_name(f"{path.name}.{secrets.token_hex(4)}.old")
+        if not os.path.lexists(old):
+            return old
 
 
 def _name_the_target(err: BaseException, temporary: Path, target: Path) -> None:

@@ -483,3 +483,36 @@ def test_no_file_of_an_input_is_ever_an_output(monkeypatch, capsys, tmp_path, ti
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (target, err)
         assert "Traceback" not in err
         assert snapshot(tmp_path) == before, f"{name} onto {target} changed files"
+
+
+# ---------------------------------------------------------------------------------------------
+# --overwrite never touches a user's OUT.old
+# ---------------------------------------------------------------------------------------------
+
+OVERWRITING = ("train-tokenizer -o", "average -o", "export -o")
+
+
+@pytest.mark.parametrize("old_kind", ["file", "folder"])
+@pytest.mark.parametrize("name", OVERWRITING)
+def test_overwrite_keeps_the_users_old(monkeypatch, capsys, tmp_path, tiny, name, old_kind):
+    """The issue's row 2: replacing OUT moved it to OUT.old after deleting whatever the user kept there.
+    The backup name is one nobody has, and only what the command made is removed."""
+    inputs = _inputs(tmp_path, tiny)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "target"
+    code, _, err = cli_here(monkeypatch, capsys, *COMMANDS[name].args(inputs, target))
+    assert code == 0, err
+    old = out / "target.old"
+    if old_kind == "file":
+        old.write_text("mine\n")
+    else:
+        old.mkdir()
+        (old / "notes.txt").write_text("mine\n")
+    kept = snapshot(out)
+    kept = {p: v for p, v in kept.items() if p.startswith("target.old")}
+    code, _, err = cli_here(monkeypatch, capsys, *COMMANDS[name].args(inputs, target), "--overwrite")
+    assert code == 0, err
+    after = snapshot(out)
+    assert {p: v for p, v in after.items() if p.startswith("target.old")} == kept
+    assert sorted(p.name for p in out.iterdir()) == ["target", "target.old"]
