@@ -149,6 +149,15 @@ def test_the_final_model_is_never_worse_on_validation_than_the_best_checkpoint(t
     (final,) = [r for r in records if "averaged/valid/loss" in r]
     assert final["averaged/valid/bleu"] == chosen["valid/bleu"]
     assert f"final model: {selection['chosen']} (checkpoint steps" in result.stderr
+    # `aiayn average --choose` makes the same choice from the run folder alone, into the same weights
+    again = run_cli("average", str(out), "--last", "6", "--choose", "-o", str(tmp_path / "chosen"), env=task["env"])
+    assert again.returncode == 0, again.stderr
+    chosen_again = json.loads((tmp_path / "chosen" / "averaged_from.json").read_text())["selection"]
+    assert chosen_again["chosen"] == selection["chosen"] and chosen_again["checkpoints"] == selection["checkpoints"]
+    for name, scores in selection["scores"].items():
+        assert chosen_again["scores"][name]["valid/bleu"] == pytest.approx(scores["valid/bleu"], abs=1e-9)
+    assert max_difference(weights(tmp_path / "chosen"), weights(out / "averaged")) == 0.0
+    assert "final model:" in again.stderr and f"wrote {selection['chosen']}" in again.stdout
 
 
 @pytest.mark.slow  # a training run in a subprocess

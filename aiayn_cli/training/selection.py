@@ -176,4 +176,49 @@ def select_final_model(
     return choose(found, model, evaluate, rule)
 
 
-__all__ = ["Candidate", "Selection", "candidates", "choose", "decayed_tail", "select_final_model"]
+def select_in_run_folder(run_dir: Path, last: int, data_dir: str | None = None) -> Selection:
+    """`aiayn average --choose`: the choice a run's end makes (`select_final_model`), from its folder alone:
+    its recipe.yaml (validation split, sample, decoding, precision), the newest checkpoint's tokenizer,
+    its metrics.jsonl (the learning rates) and its best checkpoint; `data_dir` replaces the recipe's data
+    folder (a run trained elsewhere)."""
+    from .checkpoint import list_checkpoints
+    from .recipe import load_recipe
+    from .run_folder import METRICS_FILE, RECIPE_FILE, TrainState
+    from .trainer import load_tokenizer, load_validation, make_accelerator
+    from .validation import evaluate_model
+
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise AiaynError(f"{run_dir} holds no checkpoints (checkpoint-<step> folders)")
+    if not (run_dir / RECIPE_FILE).is_file():
+        raise AiaynError(f"--choose: {run_dir} holds no {RECIPE_FILE} (not a run folder of `aiayn train`)")
+    overrides: dict[str, Any] = {"trackers": []}
+    if data_dir is not None:
+        overrides.update({"data.data_dir": data_dir, "data.dataset": None})
+    recipe = load_recipe(run_dir / RECIPE_FILE, overrides, flags={"data.data_dir": "--data-dir"})
+    if not recipe.valid_split:
+        raise AiaynError(f"--choose: {run_dir / RECIPE_FILE} has no validation split (valid_split: null) to choose on")
+    state = TrainState.from_checkpoint(checkpoints[-1])
+    best = run_dir / f"checkpoint-{state.best_step}" if state.best_step else None
+    tokenizer = load_tokenizer(str(checkpoints[-1]))
+    accelerator = make_accelerator(recipe)
+    valid = load_validation(recipe, tokenizer, accelerator)
+
+    def evaluate(model) -> dict[str, float]:
+        return evaluate_model(
+            model, recipe, tokenizer, valid.loader, valid.bleu_sources, valid.bleu_references, accelerator
+        )
+
+    best = best if best is not None and best.is_dir() else None
+    return select_final_model(checkpoints, last, best, run_dir / METRICS_FILE, evaluate, accelerator)
+
+
+__all__ = [
+    "Candidate",
+    "Selection",
+    "candidates",
+    "choose",
+    "decayed_tail",
+    "select_final_model",
+    "select_in_run_folder",
+]
