@@ -589,6 +589,7 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
     """A step of few rows (rows x d_model <= ONE_THREAD_MAX_ELEMENTS, on CPUs with AVX-512 kernels) runs
     on one CPU thread, faster than on several; larger batches use PyTorch's count; the count is
     restored, errors included."""
+    import aiayn_cli.decoding.parallel as parallel_module
     import aiayn_cli.decoding.search as search_module
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
@@ -602,11 +603,11 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(recording))
-    monkeypatch.setattr(search_module, "SPLIT_MIN_ROWS", 10**6)  # no batch split over threads
+    monkeypatch.setattr(parallel_module, "SPLIT_MIN_ROWS", 10**6)  # no batch split over threads
     model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 8 sentences = 2,048 elements
     options = DecodingOptions(num_beams=4, max_len_a=0.0, max_len_b=4)
     torch.set_num_threads(2)
-    assert model.config.d_model * 4 * 8 == search_module.ONE_THREAD_MAX_ELEMENTS
+    assert model.config.d_model * 4 * 8 == parallel_module.ONE_THREAD_MAX_ELEMENTS
     for sentences, threads in [(1, 1), (8, 1), (9, 2)]:
         ids, mask = source_batch([5] * sentences)
         decode(model, ids, mask, options)
@@ -624,14 +625,14 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
 def test_one_thread_decodes_small_steps_only_where_measured_faster(monkeypatch, capability, amx, elements):
     """On AVX2-only CPUs and on CPUs with AMX two threads decode even one sentence faster than one;
     elsewhere one thread up to 2,048 row elements."""
-    import aiayn_cli.decoding.search as search_module
+    import aiayn_cli.decoding.parallel as parallel_module
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-    assert search_module.one_thread_max_elements() == elements
+    assert parallel_module.one_thread_max_elements() == elements
     torch.set_num_threads(2)
     try:
-        with search_module.cpu_threads_for(4 * 256, torch.device("cpu")):  # one sentence, beam 4, small
+        with parallel_module.cpu_threads_for(4 * 256, torch.device("cpu")):  # one sentence, beam 4, small
             inside = torch.get_num_threads()
     finally:
         torch.set_num_threads(1)
@@ -643,13 +644,14 @@ def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
     thread in a worker of its own; every sentence gets the hypotheses it gets on one thread, the
     thread count comes back, and a worker's error reaches the caller."""
     import aiayn_cli.decoding.search as search_module
+    from aiayn_cli.decoding.parallel import parallel_parts
 
     model = tiny_model()
     lengths = [2 + (5 * i) % 9 for i in range(43)]
     ids, mask = source_batch(lengths, seed=4)
     options = DecodingOptions(num_beams=3, nbest=2, max_len_a=0.5, max_len_b=4)
     alone = decode(model, ids, mask, options)  # one thread (the fixture): no split
-    assert search_module.parallel_parts(43, 3, options, ids.device) == 1
+    assert parallel_parts(43, 3, options, ids.device) == 1
 
     seen = []
     real = search_module.beam_search
@@ -660,9 +662,9 @@ def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
 
     monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(recording))
     torch.set_num_threads(2)
-    assert search_module.parallel_parts(43, 3, options, ids.device) == 2  # 129 rows: 64 a thread
-    assert search_module.parallel_parts(42, 3, options, ids.device) == 1  # 126 rows: threads share each step
-    assert search_module.parallel_parts(43, 3, DecodingOptions(do_sample=True), ids.device) == 1
+    assert parallel_parts(43, 3, options, ids.device) == 2  # 129 rows: 64 a thread
+    assert parallel_parts(42, 3, options, ids.device) == 1  # 126 rows: threads share each step
+    assert parallel_parts(43, 3, DecodingOptions(do_sample=True), ids.device) == 1
     together = decode(model, ids, mask, options)
     assert sorted(n for _, _, n in seen) == [21, 22] and all(t == 1 for _, t, _ in seen)
     assert all(name.startswith("aiayn-decode") for name, _, _ in seen)

@@ -100,10 +100,10 @@ def prepacked_linear(
     """x -> x W^T + b (max(0, .) with `relu`, fused) as oneDNN's GEMM on W packed once; None where it
     does not run (not on a CPU, no oneDNN, a dtype without a kernel: fp16 on most CPUs).
 
-    This is the kernel `torch.compile` uses for frozen CPU linears, which runs 2-3x faster than the BLAS
-    call of `F.linear` on CPUs where MKL does not use AVX-512 (AMD). Its operators are private to
-    PyTorch (`torch.ops.mkldnn._reorder_linear_weight`, `_linear_pointwise`): this is the one place
-    that names them.
+    This is the kernel `torch.compile` uses for frozen CPU linears, faster than the BLAS call of
+    `F.linear` on CPUs where MKL does not use AVX-512 (AMD; `benchmarks/bench_gemm.py` measures both).
+    Its operators are private to PyTorch (`torch.ops.mkldnn._reorder_linear_weight`,
+    `_linear_pointwise`): this is the one place that names them.
     """
     if weight.device.type != "cpu" or not _onednn_available():
         return None
@@ -333,9 +333,8 @@ class PreparedModel:
         """Two flat tensors of at least `numel` elements for a `DecodingState`: the smallest that a
         finished decode gave back (`give_back`) where one is large enough, else new ones.
 
-        A batch's key/value cache is tens to hundreds of MB. Allocated anew for every batch, each of
-        its pages is faulted in (zeroed by the kernel) again, which at beam 4 and 32 sentences costs
-        about a tenth of the decoding time. Taken memory belongs to one decoder until it is given back,
+        A batch's key/value cache is tens to hundreds of MB: allocated anew for every batch, each of
+        its pages would be faulted in (zeroed by the kernel) again. Taken memory belongs to one decoder until it is given back,
         so decoders that run at the same time (threads, or interleaved by hand) never share it.
         """
         with self._lock:
