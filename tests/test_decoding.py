@@ -436,13 +436,6 @@ def test_finished_sentences_leave_the_batch():
     assert len(hyps) == 6
 
 
-class MovingEveryRow(IncrementalDecoder):
-    """The decoder as it was: every `select` moves every row's cache into place (no slots)."""
-
-    def _keep_slots(self, rows: list[int]) -> None:
-        self.state.select_rows(torch.tensor(rows))
-
-
 @torch.inference_mode()
 def test_rows_that_stay_in_their_slots_give_the_logits_of_rows_moved_into_place(monkeypatch):
     """Beam steps copy only the caches of rows continued more than once (`_keep_slots`): the logits at
@@ -450,7 +443,7 @@ def test_rows_that_stay_in_their_slots_give_the_logits_of_rows_moved_into_place(
     finish and a step where every row stays."""
     model = tiny_model()
     ids, mask = source_batch([9, 4, 7])
-    kept, moving = (cls(model, ids, mask, capacity=10, max_rows=12) for cls in (IncrementalDecoder, MovingEveryRow))
+    kept, moving = (IncrementalDecoder(model, ids, mask, 10, 12, keep_slots=keep) for keep in (True, False))
     copied, moved = [], 0
     copy_rows = kept.state.copy_rows
     monkeypatch.setattr(kept.state, "copy_rows", lambda pairs: (copied.append(len(pairs)), copy_rows(pairs)))
@@ -474,6 +467,32 @@ def test_rows_that_stay_in_their_slots_give_the_logits_of_rows_moved_into_place(
         tokens = torch.randint(3, 40, (rows.numel(),), generator=generator)
     assert kept.state.cache.size(0) == 8 and kept.slots is not None  # rows out of slot order at the end
     assert len(copied) == 6 and 0 in copied and 0 < sum(copied) < moved  # copies, fewer than rows moved
+    assert moving.slots is None  # the other path moved every row into place
+
+
+def test_the_cache_path_is_chosen_by_device_and_both_give_the_same_hypotheses(monkeypatch):
+    """Beam steps keep rows in their cache slots on CPUs only (`CACHE_SLOT_DEVICES`); the path other
+    devices take, forced on this CPU, gives the same hypotheses and scores (fp32), sentences finishing
+    on the way."""
+    import aiayn_cli.decoding.incremental as incremental
+
+    assert "cpu" in incremental.CACHE_SLOT_DEVICES and "cuda" not in incremental.CACHE_SLOT_DEVICES
+    kept = []
+    keep_slots = IncrementalDecoder._keep_slots
+    monkeypatch.setattr(IncrementalDecoder, "_keep_slots", lambda self, rows: (kept.append(1), keep_slots(self, rows)))
+    model = tiny_model()
+    ids, mask = source_batch([2 + (5 * i) % 9 for i in range(12)], seed=3)
+    options = DecodingOptions(num_beams=4, nbest=3, max_len_a=0.5, max_len_b=5)
+    in_slots = decode(model, ids, mask, options)
+    assert kept
+    kept.clear()
+    monkeypatch.setattr(incremental, "CACHE_SLOT_DEVICES", frozenset())
+    moved = decode(model, ids, mask, options)
+    assert not kept
+    assert [[h.tokens for h in hyps] for hyps in moved] == [[h.tokens for h in hyps] for hyps in in_slots]
+    for a, b in zip(moved, in_slots):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+    assert len({len(h[0].tokens) for h in in_slots}) > 1  # sentences of several lengths: some finish first
 
 
 def test_max_length_is_a_times_source_plus_b():
