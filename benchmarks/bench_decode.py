@@ -23,7 +23,7 @@ How the comparison is made fair:
 * The same threads: `torch.set_num_threads(n)` for both PyTorch systems and `intra_threads=n`,
   `inter_threads=1` for CTranslate2. n is a budget that aiayn's `decode()` uses its own way: a batch
   with at least 64 rows (sentences x beams) per thread is split into n parts, each decoded on one
-  thread of its own (`parallel_parts` in `aiayn_cli/decoding/search.py`), and a batch whose steps
+  thread of its own (`parallel_parts` in `aiayn_cli/decoding/parallel.py`), and a batch whose steps
   hold few rows decodes on one thread (`one_thread_max_elements()`: not on AVX2-only CPUs nor on CPUs
   with AMX, where two threads win), as in `aiayn translate`.
   CTranslate2 can split a batch too, so with n > 1 it is also measured that way from 2 sentences a

@@ -7,7 +7,7 @@ without importing torch."""
 
 from typing import TYPE_CHECKING
 
-from .. import lazy_exports
+from ..lazy import lazy_exports
 
 _EXPORTS = {
     "DecodingOptions": ".defaults",
