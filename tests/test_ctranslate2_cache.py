@@ -30,11 +30,12 @@ def converted(tmp_path_factory):
     engine's translations, and another model's converted folder."""
     root = tmp_path_factory.mktemp("cache")
     model_dir, other_dir = saved_model(root / "model"), saved_model(root / "other", seed=1)
-    from aiayn_cli.model.loading import load_pretrained
-
-    engine = dict(device="cpu", dtype="fp32", engine="ctranslate2", cache=root / "cache")
-    ct2 = Translator(*load_pretrained(str(model_dir)), **engine)
-    other = Translator(*load_pretrained(str(other_dir)), **engine)
+    with pytest.MonkeyPatch.context() as env:  # converted as `aiayn translate` converts a model folder
+        env.setenv("AIAYN_CACHE", str(root / "cache"))
+        ct2, other = (
+            Translator.from_pretrained(str(folder), device="cpu", dtype="fp32", engine="ctranslate2")
+            for folder in (model_dir, other_dir)
+        )
     want = Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32").translate(INPUTS)
     assert ct2.translate(INPUTS) == want
     return {"model": model_dir, "folder": ct2.engine.folder, "other": other.engine.folder, "want": want}

@@ -4,12 +4,16 @@ refuses in one line what it cannot do. Precision: fp32 (CTranslate2's float32) u
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
 pytest.importorskip("ctranslate2")
 
 from helpers import (  # noqa: E402
+    cli_env,
     cli_here,  # noqa: E402
     sentences,
     split_corpus,
@@ -136,6 +140,47 @@ def test_translate_engine_ctranslate2_prints_the_torch_engines_translations(
         code, ct2_out, err = cli_here(monkeypatch, capsys, *common, "--engine", "ctranslate2")
         assert code == 0, err
         assert ct2_out == torch_out and len(ct2_out.splitlines()) == 20
+    assert len(list((tmp_path / "cache" / "ctranslate2").iterdir())) == 1
+
+
+# Runs `aiayn translate ARGS...` and prints, last, which of torch and transformers were imported.
+IMPORTED = """
+import sys
+from aiayn_cli.cli.app import main
+sys.argv = ["aiayn", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print([name for name in ("torch", "transformers") if name in sys.modules])
+"""
+
+
+def test_translate_with_a_converted_model_imports_neither_torch_nor_transformers(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    """The converted folder is found from the model folder's files; the configuration, generation_config
+    and tokenizer are read from theirs: the same translations, without torch or transformers."""
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    args = ("translate", "-m", model_dir, "--engine", "ctranslate2", "--precision", "fp32", *sentences(8, seed=4))
+    code, converted, err = cli_here(monkeypatch, capsys, *args)  # loads the model, converts it
+    assert code == 0, err
+    for extra in ((), ("--threads", "1", "--nbest", "2")):
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORTED, *map(str, args), *extra],
+            env=cli_env(AIAYN_CACHE=str(tmp_path / "cache")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        *out, imported = done.stdout.splitlines()
+        assert imported == "[]"
+        if not extra:
+            assert out == converted.splitlines()
+        else:
+            code, want, err = cli_here(monkeypatch, capsys, *args, *extra)
+            assert out == want.splitlines()
     assert len(list((tmp_path / "cache" / "ctranslate2").iterdir())) == 1
 
 

@@ -56,12 +56,43 @@ def model_key(model, tokenizer) -> str:
     return digest.hexdigest()[:32]
 
 
-def converted_folder(model, tokenizer, cache: str | Path | None = None) -> tuple[Path, bool]:
+def files_key(model_dir: str | Path) -> str | None:
+    """The key of a saved model folder, from its files rather than the loaded model (no torch needed):
+    a hash of its weights and JSON files (configuration, generation_config, tokenizer) and the
+    converter's version; None where `model_dir` is not a folder holding model.safetensors."""
+    import ctranslate2
+
+    folder = Path(model_dir)
+    if not (folder / "model.safetensors").is_file():
+        return None
+    digest = hashlib.sha256()
+    digest.update(f"aiayn-ctranslate2 files {CONVERTER_VERSION} ctranslate2 {ctranslate2.__version__}\n".encode())
+    for path in sorted(folder.iterdir()):
+        if path.suffix in (".safetensors", ".json") and path.is_file():
+            digest.update(f"{path.name} {file_record(path)['sha256']}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def cached_folder(model_dir: str | Path, cache: str | Path | None = None) -> Path | None:
+    """The converted folder of the saved model in `model_dir` where the cache holds a sound one, else None."""
+    key = files_key(model_dir)
+    if key is None:
+        return None
+    folder = cache_folder(key, cache)
+    return folder if manifest_problem(folder, key) is None else None
+
+
+def cache_folder(key: str, cache: str | Path | None = None) -> Path:
+    return Path(cache if cache is not None else cache_dir()) / "ctranslate2" / key
+
+
+def converted_folder(model, tokenizer, cache: str | Path | None = None, key: str | None = None) -> tuple[Path, bool]:
     """The model's CTranslate2 folder in the cache, converted now unless a folder matching its manifest
-    is there; (folder, whether it was converted now). Two processes converting at once both succeed:
-    the first folder in place stays where it matches its manifest (`staging_dir(keep_existing=True)`)."""
-    key = model_key(model, tokenizer)
-    folder = Path(cache if cache is not None else cache_dir()) / "ctranslate2" / key
+    is there; (folder, whether it was converted now). `key`: the folder's name (default `model_key`;
+    `files_key` for a model read from a folder). Two processes converting at once both succeed: the
+    first folder in place stays where it matches its manifest (`staging_dir(keep_existing=True)`)."""
+    key = key or model_key(model, tokenizer)
+    folder = cache_folder(key, cache)
     problem = manifest_problem(folder, key)
     if problem is None:
         return folder, False
@@ -143,4 +174,13 @@ def manifest_problem(folder: Path, key: str) -> str | None:
     return None
 
 
-__all__ = ["CONVERTER_VERSION", "MANIFEST", "cache_dir", "converted_folder", "manifest_problem", "model_key"]
+__all__ = [
+    "CONVERTER_VERSION",
+    "MANIFEST",
+    "cache_dir",
+    "cached_folder",
+    "converted_folder",
+    "files_key",
+    "manifest_problem",
+    "model_key",
+]

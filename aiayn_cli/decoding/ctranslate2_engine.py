@@ -20,21 +20,12 @@ import math
 from pathlib import Path
 
 from ..errors import AiaynError
-from .defaults import DecodingOptions
-from .search import Hypothesis, length_penalty, max_output_lengths
+from .defaults import DecodingOptions, Hypothesis, length_penalty, max_output_lengths
 
 # aiayn's dtype (--precision, --quantization int8) -> CTranslate2's compute_type. CTranslate2 has no bfloat16 or float16 on CPUs
 # (`ctranslate2.get_supported_compute_types("cpu")`); auto is float32 there, the precision whose
 # translations are the torch engine's (its int8 is a choice, as for the torch engine).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
-
-
-def needs_ctranslate2() -> None:
-    """An `AiaynError` keyed `engine` where the ctranslate2 extra is not installed."""
-    try:
-        import ctranslate2  # noqa: F401
-    except ImportError:
-        raise AiaynError("ctranslate2: needs CTranslate2: pip install 'aiayn-cli[ctranslate2]'", key="engine") from None
 
 
 def ctranslate2_device(device) -> tuple[str, int]:
