@@ -189,8 +189,9 @@ class TrainRecipe:
 
     # --- precision and speed ------------------------------------------------------------------
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] | None = "auto"
-    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+), else fp32 (no);
-    None: what `accelerate config` / `accelerate launch` say; otherwise this."""
+    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+); on a CUDA GPU
+    without it (T4, V100) fp16 with dynamic loss scaling; else fp32 (no). None: what `accelerate
+    config` / `accelerate launch` say; otherwise this."""
     when_fp32: dict[StrictStr, Any] | None = None
     """Keys (a mapping, nested as in the recipe) that replace the recipe's where the run computes in
     fp32 (`auto` on a device without native bf16, or `no`): a time budget holds fewer steps there, and

@@ -325,6 +325,10 @@ def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None)
         )
     except ValueError as err:  # e.g. fp16 where the device has none
         raise AiaynError(f"accelerate: {first_line(err)}") from None
+    if accelerator.mixed_precision == "fp16" and accelerator.scaler is None and accelerator.device.type == "cpu":
+        # accelerate scales an fp16 loss on accelerators only; on a CPU fp16 gradients underflow as they
+        # would on a GPU: the same dynamic loss scaling (before `prepare`, which hands the scaler on)
+        accelerator.scaler, accelerator.native_amp = torch.amp.GradScaler("cpu"), True
     return accelerator
 
 
@@ -340,12 +344,20 @@ def _forget_an_earlier_precision(choice: PrecisionChoice | None) -> None:
 
 
 def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
-    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's."""
+    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's.
+
+    Training's `auto` on a CUDA GPU without native bf16 (T4, V100) takes fp16 with dynamic loss scaling
+    (`torch.amp.GradScaler`, through accelerate): its tensor cores compute fp16, and fp32 there is
+    several times slower."""
     if recipe.mixed_precision is None:
         return None
     # As `Accelerator()` would: ACCELERATE_USE_CPU=1 (processes on CPUs) must reach the first
     # PartialState, which every later one shares, or each process thinks it runs alone.
-    return choose_precision(recipe.mixed_precision, _process_state().device)
+    device = _process_state().device
+    choice = choose_precision(recipe.mixed_precision, device)
+    if recipe.mixed_precision == "auto" and choice.precision == "no" and torch.device(device).type == "cuda":
+        return PrecisionChoice("fp16", f"{choice.reason}: fp16 with dynamic loss scaling")
+    return choice
 
 
 def accelerate_precision() -> str:
