@@ -219,19 +219,7 @@ def _train(
         state = saved
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
-    optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
-    # fused: one vectorized pass over each parameter and its moments (on a CPU, `foreach` loops over
-    # the tensors op by op); the same update as the textbook loop, to rounding.
-    fused = accelerator.device.type in ("cpu", "cuda")
-    optimizer = optimizer_class(
-        model.parameters(),
-        lr=1.0,
-        betas=tuple(recipe.adam_betas),
-        eps=recipe.adam_eps,
-        weight_decay=recipe.weight_decay,
-        fused=fused or None,
-        foreach=not fused or None,
-    )
+    optimizer = make_optimizer(recipe, model, accelerator.device)
     scheduler = build_scheduler(
         optimizer,
         recipe.lr_schedule,
@@ -302,6 +290,26 @@ def _train(
 # ---------------------------------------------------------------------------------------------
 # Setup
 # ---------------------------------------------------------------------------------------------
+
+
+def make_optimizer(recipe: TrainRecipe, model, device: torch.device) -> torch.optim.Optimizer:
+    """Adam(beta1, beta2, eps) of §5.3 (AdamW with a weight decay), at lr 1 (the schedule scales it).
+
+    Fused where the device has the kernels (CPU, CUDA): one vectorized pass over each parameter and
+    its moments, the same update as the textbook loop to rounding, and it skips an update on the
+    device (`found_inf`: the non-finite guard, the fp16 loss scaler) without the host reading a flag.
+    """
+    optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
+    fused = torch.device(device).type in ("cpu", "cuda")
+    return optimizer_class(
+        model.parameters(),
+        lr=1.0,
+        betas=tuple(recipe.adam_betas),
+        eps=recipe.adam_eps,
+        weight_decay=recipe.weight_decay,
+        fused=fused or None,
+        foreach=not fused or None,
+    )
 
 
 def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None):
@@ -585,6 +593,7 @@ __all__ = [
     "load_data",
     "load_tokenizer",
     "make_accelerator",
+    "make_optimizer",
     "run_precision",
     "micro_batch_seed",
     "prepare_training_data",
