@@ -178,6 +178,19 @@ def languages_from_recipe(recipe: Path | None) -> tuple[str | None, str | None, 
     return data.get("source_lang"), data.get("target_lang"), datasets
 
 
+def recipe_languages(model: str | Path) -> dict[str, str]:
+    """`source_lang` and `target_lang` from the recipe saved beside a local model folder, where it has
+    them (`aiayn serve` names the languages by them; `aiayn evaluate` reads a data split by them)."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return {}
+    try:
+        source, target, _ = languages_from_recipe(find_beside(folder, RECIPE_NAMES))
+    except (AiaynError, OSError):  # a recipe we cannot read only costs the languages
+        return {}
+    return {key: value for key, value in (("source_lang", source), ("target_lang", target)) if value}
+
+
 def _is_local_path(value: str) -> bool:
     """An absolute or explicitly relative path, or one that exists here (a Hub id `user/name` does not)."""
     if value.startswith(("/", "~", "./", "../", ".\\", "..\\")) or value[1:3] in (":\\", ":/"):

@@ -40,7 +40,7 @@ from .recipe import parse_duration
 from .run_folder import HISTORY_DIR
 from .schedule import cooldown_factor
 from .signals import StopSignals
-from .validation import validation_bleu, validation_loss
+from .validation import evaluate_model
 
 
 def micro_batch_seed(seed: int, step: int, index: int) -> int:
@@ -368,21 +368,16 @@ class Run:
         self.bar.set_postfix(postfix, refresh=False)
 
     def evaluate(self, model) -> dict[str, float]:
-        recipe = self.recipe
-        metrics = validation_loss(
-            model, self.data.valid_loader, self.accelerator, recipe.label_smoothing, recipe.compile_loss
+        data = self.data
+        return evaluate_model(
+            model,
+            self.recipe,
+            self.tokenizer,
+            data.valid_loader,
+            data.bleu_sources,
+            data.bleu_references,
+            self.accelerator,
         )
-        if self.data.bleu_sources:
-            metrics["valid/bleu"], _ = validation_bleu(
-                model,
-                self.tokenizer,
-                self.data.bleu_sources,
-                self.data.bleu_references,
-                self.accelerator,
-                beam_size=recipe.valid_beam_size,
-                max_tokens=recipe.valid_max_tokens or recipe.max_tokens,
-            )
-        return metrics
 
     def _validate(self) -> bool:
         """Validate; True when the result is the best so far."""

@@ -75,4 +75,23 @@ def validation_bleu(
     return float(score(ordered, references, metrics=("sacrebleu",))["scores"]["sacrebleu"]["score"]), ordered
 
 
-__all__ = ["translate_sample", "validation_bleu", "validation_loss"]
+def evaluate_model(
+    model, recipe, tokenizer, loader, bleu_sources: list[str], bleu_references: list[str], accelerator
+) -> dict[str, float]:
+    """What a run's validation measures (`recipe`: its `TrainRecipe`): the loss on the whole split
+    (`loader`), and sacreBLEU on its sample decoded as the recipe validates (`valid_beam_size`)."""
+    metrics = validation_loss(model, loader, accelerator, recipe.label_smoothing, recipe.compile_loss)
+    if bleu_sources:
+        metrics["valid/bleu"], _ = validation_bleu(
+            model,
+            tokenizer,
+            bleu_sources,
+            bleu_references,
+            accelerator,
+            beam_size=recipe.valid_beam_size,
+            max_tokens=recipe.valid_max_tokens or recipe.max_tokens,
+        )
+    return metrics
+
+
+__all__ = ["evaluate_model", "translate_sample", "validation_bleu", "validation_loss"]
