@@ -234,7 +234,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    recorder = results.Recorder("bench_train_host", [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
+    command = [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]
+    recorder = results.Recorder("bench_train_host", command, source=results.git_commit())  # the tree as it starts
     import torch
 
     from aiayn_cli.precision import choose_precision

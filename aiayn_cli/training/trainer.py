@@ -205,6 +205,8 @@ def _train(
     torch.manual_seed(recipe.seed)
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
+    if recipe.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     data = load_data(recipe, tokenizer, accelerator, show_progress)
     state = TrainState(
         num_processes=accelerator.num_processes,
