@@ -189,14 +189,19 @@ class TrainRecipe:
 
     # --- precision and speed ------------------------------------------------------------------
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] | None = "auto"
-    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+), else fp32 (no);
-    None: what `accelerate config` / `accelerate launch` say; otherwise this."""
+    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+); on a CUDA GPU
+    without it (T4, V100) fp16 with dynamic loss scaling; else fp32 (no). None: what `accelerate
+    config` / `accelerate launch` say; otherwise this."""
     when_fp32: dict[StrictStr, Any] | None = None
     """Keys (a mapping, nested as in the recipe) that replace the recipe's where the run computes in
     fp32 (`auto` on a device without native bf16, or `no`): a time budget holds fewer steps there, and
     what suits a short run may differ. Flags (`--set`) still win; the run prints what it replaced."""
     compile: StrictBool = False
     """Run the model through `torch.compile`."""
+    gradient_checkpointing: StrictBool = False
+    """Keep only each layer's input in the forward pass and recompute the layer in the backward pass
+    (`model.gradient_checkpointing_enable()`): about a third more compute for much less activation
+    memory (`big` on a 16-24 GB GPU); the same dropout masks, the same weights to rounding."""
     compile_loss: StrictBool = True
     """Run the loss's two passes over the (B, T, V) scores through `torch.compile` (one fused loop each;
     the same numbers to rounding); eagerly, with a warning, where there is no C++ compiler."""
