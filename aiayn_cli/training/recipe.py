@@ -599,6 +599,38 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         raise AiaynError(f"{where.get('data', source)}: data: {named}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
         raise AiaynError(f"{source}: set at least one of max_steps, max_epochs, max_time")
+    _check_model_fits(recipe, where, source)
+
+
+def _check_model_fits(recipe: TrainRecipe, where: dict[str, str], source: str) -> None:
+    """A model whose training state cannot fit in this machine's memory is refused before anything is
+    built: its layers' weights alone (embeddings not counted), times four in fp32 (the weights, their
+    gradients, Adam's two moments), against the physical memory. (`--set model.d_ff=1000000000` asked
+    for 256 GB.)"""
+    values = {**(PRESETS[recipe.model.preset] if recipe.model.preset else {}), **{
+        k: v for k, v in dataclasses.asdict(recipe.model).items() if v is not None and k != "preset"}}  # fmt: skip
+    defaults = AiaynConfig()
+    d, d_ff = values.get("d_model", defaults.d_model), values.get("d_ff", defaults.d_ff)
+    encoder = values.get("num_encoder_layers", defaults.num_encoder_layers)
+    decoder = values.get("num_decoder_layers", defaults.num_decoder_layers)
+    # Per layer (§3.1): attention's four d x d projections, the feed-forward's d x d_ff twice; a decoder
+    # layer has two attentions.
+    parameters = encoder * (4 * d * d + 2 * d * d_ff) + decoder * (8 * d * d + 2 * d * d_ff)
+    needed = 16 * parameters
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on this system: nothing to compare with
+        return
+    if needed > memory:
+        changed = [key for key in ("d_model", "d_ff", "num_encoder_layers", "num_decoder_layers")
+                   if f"model.{key}" in where] or ["preset"]  # fmt: skip
+        key = "model." + changed[0]
+        at = where.get(key, source)
+        raise AiaynError(
+            f"{at if at.startswith('--') else f'{at}: {key!r}'}: a model of {parameters:,} parameters needs at least "
+            f"{needed / 2**30:,.1f} GiB to train (weights, gradients and Adam's moments in fp32); this machine has "
+            f"{memory / 2**30:,.1f} GiB"
+        )
 
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
