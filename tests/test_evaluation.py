@@ -251,8 +251,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
     write(tmp_path / "refs.txt", REFS)
     (tmp_path / "empty.de").write_bytes(b"")
     return {
-        "missing file": (["-i", tmp_path / "nope.de", "-r", ref], ["nope.de", "file not found"]),
-        "missing reference": (["-i", hyp, "-r", tmp_path / "gone.de"], ["gone.de", "file not found"]),
+        "missing file": (["-i", tmp_path / "nope.de", "-r", ref], ["--hypotheses", "nope.de: no such file"]),
+        "missing reference": (["-i", hyp, "-r", tmp_path / "gone.de"], ["--references", "gone.de: no such file"]),
         "folder": (["-i", tmp_path, "-r", ref], [str(tmp_path), "folder"]),
         "line counts": (["-i", hyp, "-r", short], ["hyp.de", "8", "short.de", "5"]),
         "invalid utf-8": (["-i", hyp, "-r", bad], ["bad.de:3", "UTF-8", "0xff"]),
@@ -602,3 +602,43 @@ def test_inputs_for_scoring_are_a_library_call(tmp_path):
     with pytest.raises(AiaynError) as error:
         inputs_from_split(spec, "test")  # neither hypotheses nor a model
     assert str(error.value) == "with a data split give either hypotheses or model"
+
+
+def test_the_models_recipe_names_the_languages_of_the_split(tmp_path, monkeypatch, capsys):
+    """`evaluate --model M --data-dir D --split test` without -s/-t: the recipe saved beside the model
+    names them (as `serve` reads them); without a model, or without such a recipe, they are required."""
+    from helpers import save_tiny_model
+
+    data, _, _ = split_corpus(tmp_path)
+    model = save_tiny_model(tmp_path / "model")
+    args = ["--model", model, "--precision", "fp32", "--data-dir", data, "--split", "test"]
+    code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+    assert code == 2 and "--source-lang and --target-lang are required" in err
+    (model / "recipe.yaml").write_text("data:\n  source_lang: en\n  target_lang: de\n")
+    code, out, err = cli_here(monkeypatch, capsys, "evaluate", *args, "--json", tmp_path / "out.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "out.json").read_text())["num_segments"] == 20
+    (tmp_path / "hyp.de").write_text("w1\n" * 20)
+    code, _, err = cli_here(monkeypatch, capsys, "evaluate", "-i", tmp_path / "hyp.de", "--data-dir", data)
+    assert code == 2 and "--source-lang and --target-lang are required" in err
+
+
+def test_an_evaluation_is_a_library_call(tmp_path):
+    """`evaluate_translations`: what the command runs, mode by mode, with the command's checks."""
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.evaluation.run import evaluate_translations
+
+    data, _, targets = split_corpus(tmp_path)
+    hyps = write(tmp_path / "hyp.de", [t if i % 2 else "w1" for i, t in enumerate(targets)])
+    spec = DataSpec(data_dir=str(data), source_lang="en", target_lang="de")
+    lines = []
+    from_split = evaluate_translations(hypotheses=hyps, data=spec, split="test", json_path=tmp_path / "r.json",
+                                       log=lines.append)  # fmt: skip
+    from_files = evaluate_translations(hypotheses=hyps, references=[data / "test.de"], metrics=["sacrebleu"])
+    expected = sacrebleu.corpus_bleu(hyps.read_text().splitlines(), [targets]).score
+    assert from_split["scores"]["sacrebleu"]["score"] == from_files["scores"]["sacrebleu"]["score"] == expected
+    assert from_split["inputs"]["split"] == "test" and lines[-1] == f"wrote {tmp_path / 'r.json'}"
+    with pytest.raises(AiaynError, match="either"):
+        evaluate_translations(data=spec)
+    with pytest.raises(AiaynError, match="not both"):
+        evaluate_translations(hypotheses=hyps, references=[data / "test.de"], data=spec)

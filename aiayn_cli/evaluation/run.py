@@ -108,7 +108,12 @@ def evaluate_translations(
 
 
 def _check_request(hypotheses, references, data, model, output, grid, save_length_penalty, engine, decoding) -> None:
-    """The combinations that make no sense, each one line naming the options, before any work."""
+    """The files that are missing and the combinations that make no sense, each one line naming the
+    options, before any work."""
+    for key, paths in (("hypotheses", [hypotheses] if hypotheses else []), ("references", references or [])):
+        missing = next((path for path in paths if not os.path.lexists(path)), None)
+        if missing is not None:  # the words of every command (translate: "--input FILE: no such file")
+            raise AiaynError(f"{missing}: no such file", key=key)
     for reference in references or []:
         if hypotheses is not None and _same_file(hypotheses, reference):  # would score 100 for nothing
             raise AiaynError(f"{reference} is the {{hypotheses}} file itself; score against other references",
