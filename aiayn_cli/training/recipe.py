@@ -261,7 +261,9 @@ class TrainRecipe:
     length_penalty_grid: Annotated[list[NonNegativeFloat], Field(min_length=1)] | None = None
     """At the very end, the length penalty alphas tried on the whole validation split (beam search with
     the model's beam size); the best goes into the final model's generation_config.json (`averaged/`,
-    else the last checkpoint). §6.1 chose alpha on the development set; None: the paper's 0.6."""
+    else the last checkpoint). Where the best is at an end of the grid, the grid goes on past it until the
+    best is inside or at alpha 0 or 10 (`evaluation/length_penalty.py`). §6.1 chose alpha on the
+    development set; None: the paper's 0.6."""
     log_every_steps: PositiveInt = 20
     """Write train metrics every N steps."""
     trackers: list[StrictStr] = field(default_factory=lambda: ["tensorboard"])
