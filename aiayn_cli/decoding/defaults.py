@@ -22,6 +22,8 @@ MAX_TOKENS = 2048  # source tokens per batch, padding included
 BATCH_SIZE = 64  # sentences per batch
 ENGINES = ("torch", "ctranslate2")  # aiayn's decoder; the model converted once and run by CTranslate2
 LENGTH_PENALTY_STYLES = ("gnmt", "hf")
+# The largest beam (and n-best): a beam's state grows with it (1,000,000 asked for a 29 GB allocation).
+MAX_BEAM = 1024
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,9 @@ class DecodingOptions:
         seed: seed of the sampling generator (None: not seeded).
     """
 
-    num_beams: int = _option(4, Flag("--beam", "N", "Beam size; 1 is greedy search.", "-b", low=1, request_high=32))
+    num_beams: int = _option(
+        4, Flag("--beam", "N", "Beam size; 1 is greedy search.", "-b", low=1, high=MAX_BEAM, request_high=32)
+    )
     length_penalty: float = _option(
         0.6,
         Flag(
@@ -99,6 +103,7 @@ class DecodingOptions:
             "N",
             "Hypotheses per input (at most the beam size; with --sample, the number of samples).",
             low=1,
+            high=MAX_BEAM,
             request_high=32,
         ),  # fmt: skip
     )
