@@ -83,8 +83,7 @@ def cached_folder(model_dir: str | Path, cache: str | Path | None = None) -> tup
     folder = cache_folder(key, cache)
     if manifest_problem(folder, key) is not None:
         return None
-    generation = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("generation")
-    return (folder, generation) if isinstance(generation, dict) else None
+    return folder, json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["generation"]
 
 
 def cache_folder(key: str, cache: str | Path | None = None) -> Path:
@@ -180,6 +179,8 @@ def manifest_problem(folder: Path, key: str) -> str | None:
         return f"no readable {MANIFEST}"
     if model != key:
         return "holds another model's conversion"
+    if not isinstance(manifest.get("generation"), dict):
+        return f"{MANIFEST} holds no decoding defaults"
     if not isinstance(files, dict) or "model.bin" not in files:
         return f"{MANIFEST} lists no model.bin"
     for name, record in files.items():

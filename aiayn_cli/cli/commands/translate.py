@@ -96,6 +96,9 @@ def translate(
                          mentions=("engine",))  # fmt: skip
     translator = None
     if engine == "ctranslate2":  # converted already: neither torch nor transformers is imported
+        # CTranslate2's OpenMP threads sleep rather than spin between operations (unless the user's
+        # environment says otherwise): on a busy machine spinning costs more than the decoding itself.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         translator = Translator.from_converted(model, device=device, dtype=dtype, threads=threads)
     if translator is None:
         import torch
