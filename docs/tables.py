@@ -268,6 +268,7 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
     "quickstart-runs": measured_runs("quickstart"),
     "multi30k-runs": measured_runs("multi30k_en_de"),
     "bench_data-runs": measured_runs("bench_data"),
+    "bench_startup-runs": measured_runs("bench_startup"),
 }
 
 
