@@ -495,6 +495,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     try:
         node = yaml_text.compose(text)
         data = yaml_text.loads(text) or {}
+    except RecursionError:
+        raise AiaynError(f"{path}: nested too deeply to be a recipe") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
