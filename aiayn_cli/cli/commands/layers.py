@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
+from ...hub.lookup import check_hub_model
 from .. import options
 
 
@@ -73,6 +74,7 @@ def layers(
     aiayn layers -m aiayn-quickstart/run/averaged --data-dir aiayn-quickstart/data -s en -t de --split test
     (AER per layer where the split has true alignments, {split}.align, as the quickstart's data has)
     """
+    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
     from ...decoding.translator import Translator
     from ...files import check_output_files
     from ...inspection.heads import load_sample

@@ -57,7 +57,10 @@ def prepare(
     target_lang: options.TargetLangOpt = None,
 ) -> None:
     """Prepare a recipe's training split (clean, tokenize, cache) and print where the cache is."""
-    from ...training.recipe import find_recipe, load_recipe
+    from ...training.shipped import find_recipe
+
+    recipe_file = find_recipe(recipe)  # before the libraries load
+    from ...training.recipe import load_recipe
     from ...training.trainer import prepare_training_data
 
     data = {
@@ -73,9 +76,7 @@ def prepare(
         "cache_dir": cache_dir,
     }
     overrides = options.recipe_overrides(set_values, data, {"tokenizer": tokenizer, "num_proc": num_proc})
-    prepared = prepare_training_data(
-        load_recipe(find_recipe(recipe), overrides), show_progress=options.show_progress(progress)
-    )
+    prepared = prepare_training_data(load_recipe(recipe_file, overrides), show_progress=options.show_progress(progress))
     typer.echo(prepared.report, err=True)
     state = "opened from the cache" if prepared.from_cache else "prepared"
     typer.echo(f"{len(prepared.dataset)} pairs {state}: {prepared.path}")

@@ -87,12 +87,12 @@ def translate(
     options.check_engine(engine)
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
-    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
+    check_hub_model(model)  # before the libraries load: a missing folder or file is one line at once
+    check_paths(input, output)
     import torch
 
     from ...decoding.translator import Translator, decode_lines
 
-    check_paths(input, output)
     if alignment and engine != "torch":
         raise AiaynError("reads aiayn's own attention: use it with {engine} torch", key="alignment",
                          mentions=("engine",))  # fmt: skip
