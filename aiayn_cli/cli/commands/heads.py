@@ -77,12 +77,7 @@ def heads(
             "where the device computes it natively, as translate), bf16 or fp16."
         ),
     ] = "fp32",
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite", help="Replace files in --output-dir that aiayn heads did not write (or that were edited)."
-        ),
-    ] = False,
+    overwrite: Annotated[bool, options.overwrite_option("heads")] = False,
 ) -> None:
     """Measure every head: what it attends to, the loss and BLEU without it, and how many can go.
 

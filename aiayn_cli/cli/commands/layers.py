@@ -58,12 +58,7 @@ def layers(
         ),
     ] = None,
     device: Annotated[str, options.device_option()] = "auto",
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite", help="Replace files in --output-dir that aiayn layers did not write (or that were edited)."
-        ),
-    ] = False,
+    overwrite: Annotated[bool, options.overwrite_option("layers")] = False,
 ) -> None:
     """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
 
