@@ -174,20 +174,15 @@ class CTranslate2Engine:
         search = options.num_beams > 1 and not options.do_sample
         if search:  # every candidate the beam ends with, ranked again below (GNMT's penalty, the length limit)
             arguments["num_hypotheses"] = options.num_beams
-        # One call per maximum length: CTranslate2 stops there with the beam's live hypotheses of that
+        # The batch at once, to the longest limit; the sentences with a hypothesis past its own limit
+        # again, one call per limit: CTranslate2 stops there with the beam's live hypotheses of that
         # many tokens, which `_end_at_the_limit` ends with </s>, as aiayn's search forces it there.
-        results: list = [None] * len(tokens)
-        for limit in sorted(set(max_lens)):
-            rows = [i for i, n in enumerate(max_lens) if n == limit]
-            translator, part = (seeded, 0) if seeded is not None else self.translator_for(len(rows))
-            found = translator.translate_batch(
-                [tokens[i] for i in rows],
-                max_batch_size=part,  # parts decoded at once by the replicas (0: the whole batch)
-                max_decoding_length=limit,  # </s> included: a hypothesis of `limit` tokens is cut there
-                min_decoding_length=options.min_len,
-                **arguments,
-            )
-            for i, result in zip(rows, found):
+        call = dict(seeded=seeded, min_decoding_length=options.min_len, **arguments)
+        results = self._translate(tokens, max(max_lens) + 1, **call)  # the tokens and </s>
+        over = [i for i, result in enumerate(results) if not self._all_ended(result, max_lens[i])]
+        for limit in sorted({max_lens[i] for i in over}):
+            rows = [i for i in over if max_lens[i] == limit]
+            for i, result in zip(rows, self._translate([tokens[i] for i in rows], limit, **call)):
                 results[i] = result
         hypotheses = [self._hypotheses(result, limit, options) for result, limit in zip(results, max_lens)]
         self._end_at_the_limit(seeded or self.ctranslate2, tokens, hypotheses, options)
@@ -196,6 +191,20 @@ class CTranslate2Engine:
                 hyps = list({tuple(h.tokens): h for h in sorted(hyps, key=lambda h: h.score)}.values())
             hypotheses[i] = sorted(hyps, key=lambda h: h.score, reverse=True)[: options.nbest]
         return hypotheses
+
+    def _translate(self, tokens: list[list[str]], max_decoding_length: int, seeded, **arguments) -> list:
+        """CTranslate2's results for `tokens`, with the seeded translator, or the one `translator_for` picks."""
+        translator, part = (seeded, 0) if seeded is not None else self.translator_for(len(tokens))
+        return translator.translate_batch(
+            tokens,
+            max_batch_size=part,  # parts decoded at once by the replicas (0: the whole batch)
+            max_decoding_length=max_decoding_length,  # </s> included
+            **arguments,
+        )
+
+    def _all_ended(self, result, limit: int) -> bool:
+        """Whether every hypothesis of `result` ended with </s> within `limit` tokens."""
+        return all(tokens and tokens[-1] == self.eos and len(tokens) - 1 <= limit for tokens in result.hypotheses)
 
     def _hypotheses(self, result, limit: int, options: DecodingOptions) -> list[Hypothesis]:
         """aiayn's hypotheses from CTranslate2's: ids without `</s>`, log p, and the score under the
