@@ -32,15 +32,13 @@ from ..data.vocabulary import check_tokenizer, model_vocabulary
 from ..errors import AiaynError
 from ..model.loading import load_pretrained
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from ..precision import inference_dtype
+from ..precision import InferencePrecision, inference_precision
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
 from .incremental import PreparedModel
 from .search import DecodingOptions, Hypothesis, decode
 
 logger = logging.getLogger(__name__)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
-INT8 = "int8"  # CPUs: int8 weights for the linear maps, float32 for the rest and the activations
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DECODING_OPTIONS = {f.name for f in fields(DecodingOptions)}
 
@@ -64,19 +62,6 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def pick_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
-    """`dtype`; None: fp32; "auto": bf16 where `device` computes it natively, else fp32 (`aiayn_cli.precision`)."""
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return inference_dtype(device)
-    if dtype not in DTYPES:
-        raise AiaynError(f"{dtype}: choose one of auto, {', '.join(DTYPES)}", key="dtype")
-    return DTYPES[dtype]
-
-
 class Translator:
     """A model and its tokenizer on one device, ready to translate.
 
@@ -95,7 +80,7 @@ class Translator:
         model: AiaynForConditionalGeneration,
         tokenizer,
         device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = None,
+        dtype: str | torch.dtype | InferencePrecision | None = None,
     ):
         if not isinstance(model, AiaynForConditionalGeneration):
             raise AiaynError(
@@ -109,21 +94,24 @@ class Translator:
         self._set_limits()
         self._prepare(device, dtype)
 
-    def _prepare(self, device: str | torch.device | None, dtype: str | torch.dtype | None) -> None:
-        """The model on its device, in its dtype, with the fast path's projections prepared once."""
+    def _prepare(self, device: str | torch.device | None, dtype: str | torch.dtype | InferencePrecision | None) -> None:
+        """The model on its device, in its precision, with the fast path's projections prepared once."""
         self.device = device if isinstance(device, torch.device) else pick_device(device)
-        if dtype == INT8 and self.device.type != "cpu":
+        self.inference = inference_precision(dtype, device=self.device)
+        if self.inference.int8_weights and self.device.type != "cpu":
             raise AiaynError(
                 f"int8: int8 decoding runs on CPUs only, not on {self.device.type} (use {{device}} cpu)",
                 key="quantization",
                 mentions=("device",),
             )
-        self.model = self.model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
-        self.precision = INT8 if dtype == INT8 else str(self.model.dtype).removeprefix("torch.")
+        self.model = self.model.to(device=self.device, dtype=self.inference.torch_dtype).eval()
+        self.precision = (
+            self.inference.name if self.inference.int8_weights else str(self.model.dtype).removeprefix("torch.")
+        )
         try:
-            self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
+            self.prepared = PreparedModel(self.model, "int8" if self.inference.int8_weights else "float")
         except RuntimeError as err:
-            if dtype != INT8:
+            if not self.inference.int8_weights:
                 raise
             raise AiaynError(f"int8: {err}", key="quantization") from None
 
@@ -153,7 +141,7 @@ class Translator:
         engine: str = "torch",
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
-        `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`),
+        `AutoTokenizer`), in `dtype` (`aiayn_cli.precision.inference_precision`: fp32 by default, as every command),
         to decode with `engine`: torch (this class) or ctranslate2 (`engines.CTranslate2Translator`)."""
         from .engines import engine_class
 
@@ -386,5 +374,4 @@ __all__ = [
     "decode_lines",
     "make_batches",
     "pick_device",
-    "pick_dtype",
 ]

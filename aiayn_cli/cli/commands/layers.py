@@ -66,7 +66,7 @@ def layers(
         ),
     ] = False,
 ) -> None:
-    """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
+    """Show each decoder layer's prediction (through the output projection) and alignment, in fp32 (every command's default).
 
     \b
     aiayn layers -m runs/multi30k_en_de/averaged --data-dir DATA -s en -t de -o layers
@@ -93,7 +93,7 @@ def layers(
         source_lang=source_lang,
         target_lang=target_lang,
     )
-    translator = Translator.from_pretrained(model, device=device, dtype="fp32")
+    translator = Translator.from_pretrained(model, device=device, dtype=options.PRECISION)
     pairs = load_sample(translator, spec, split, sample)
     report = measure_layers(translator.model, pairs)
     align_path = alignment_file(spec, split)
