@@ -24,6 +24,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
+from pathlib import Path
 
 import torch
 
@@ -32,56 +33,37 @@ from ..data.vocabulary import check_tokenizer, model_vocabulary
 from ..errors import AiaynError
 from ..model.loading import load_pretrained
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from ..precision import InferencePrecision, inference_precision
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
+from .engines import Engine, check_engine, make_engine
 from .incremental import PreparedModel
-from .search import DecodingOptions, Hypothesis, decode
+from .search import DecodingOptions, Hypothesis
 
 logger = logging.getLogger(__name__)
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
 DECODING_OPTIONS = {f.name for f in fields(DecodingOptions)}
 
 
-def pick_device(device: str | None = None) -> torch.device:
-    """`device`, or the best one here: cuda, then mps, then cpu."""
-    if device not in (None, "auto"):
-        try:
-            chosen = torch.device(device)
-        except RuntimeError as err:
-            raise AiaynError(f"{device}: not a device ({err})", key="device") from None
-        if chosen.type == "cuda" and not torch.cuda.is_available():
-            raise AiaynError(f"{device}: CUDA is not available here", key="device")
-        if chosen.type == "mps" and not torch.backends.mps.is_available():
-            raise AiaynError(f"{device}: MPS is not available here", key="device")
-        return chosen
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
 class Translator:
-    """A model and its tokenizer on one device, ready to translate.
-
-    The decoder's projections are prepared from the weights once, here: make a new `Translator`
-    after changing the weights (validation during training does). This is the `torch` engine, aiayn's
-    own decoder; `aiayn_cli.decoding.engines` has the others (`from_pretrained(..., engine=...)`).
+    """A model and its tokenizer, ready to translate: text <-> token ids, batching and the order of the
+    outputs here; the decoding itself by `engine` (`engines.make_engine`): `torch`, aiayn's own decoder
+    on the model on `device` in `dtype` (the projections prepared from the weights once: make a new
+    `Translator` after changing the weights, as validation during training does), or `ctranslate2`,
+    the model converted once into `cache` and decoded by CTranslate2.
 
     `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
     `(N, h)` each; None by default) remove heads from every translation: `aiayn heads` sets it.
     """
-
-    engine = "torch"
 
     def __init__(
         self,
         model: AiaynForConditionalGeneration,
         tokenizer,
         device: str | torch.device | None = None,
-        dtype: str | torch.dtype | InferencePrecision | None = None,
+        dtype: str | torch.dtype | None = None,
+        engine: str = "torch",
+        cache: str | Path | None = None,
     ):
+        check_engine(engine)
         if not isinstance(model, AiaynForConditionalGeneration):
             raise AiaynError(
                 f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
@@ -90,30 +72,34 @@ class Translator:
         self.model, self.tokenizer = model, tokenizer
         # Decoding options that replace the generation_config's for every call (a server's defaults).
         self.defaults: dict = {}
-        self.head_masks: dict[str, torch.Tensor] | None = None
         self._set_limits()
-        self._prepare(device, dtype)
+        self.engine: Engine = make_engine(engine, model, tokenizer, device=device, dtype=dtype, cache=cache)
+        self.model = getattr(self.engine, "model", model)  # the torch engine's, on its device and in its dtype
 
-    def _prepare(self, device: str | torch.device | None, dtype: str | torch.dtype | InferencePrecision | None) -> None:
-        """The model on its device, in its precision, with the fast path's projections prepared once."""
-        self.device = device if isinstance(device, torch.device) else pick_device(device)
-        self.inference = inference_precision(dtype, device=self.device)
-        if self.inference.int8_weights and self.device.type != "cpu":
+    @property
+    def device(self):
+        return self.engine.device
+
+    @property
+    def precision(self) -> str:
+        return self.engine.precision
+
+    @property
+    def prepared(self) -> PreparedModel:
+        """The torch engine's projections, prepared from the weights (`incremental.PreparedModel`)."""
+        return self.engine.prepared
+
+    @property
+    def head_masks(self) -> dict[str, torch.Tensor] | None:
+        return getattr(self.engine, "head_masks", None)
+
+    @head_masks.setter
+    def head_masks(self, masks: dict[str, torch.Tensor] | None) -> None:
+        if self.engine.name != "torch" and masks is not None:
             raise AiaynError(
-                f"int8: int8 decoding runs on CPUs only, not on {self.device.type} (use {{device}} cpu)",
-                key="quantization",
-                mentions=("device",),
+                "head masks change aiayn's own decoder: use them with {engine} torch", mentions=("engine",)
             )
-        self.model = self.model.to(device=self.device, dtype=self.inference.torch_dtype).eval()
-        self.precision = (
-            self.inference.name if self.inference.int8_weights else str(self.model.dtype).removeprefix("torch.")
-        )
-        try:
-            self.prepared = PreparedModel(self.model, "int8" if self.inference.int8_weights else "float")
-        except RuntimeError as err:
-            if not self.inference.int8_weights:
-                raise
-            raise AiaynError(f"int8: {err}", key="quantization") from None
+        self.engine.head_masks = masks
 
     def _set_limits(self) -> None:
         """The longest source the model reads, the longest line tokenized whole, the special ids."""
@@ -142,12 +128,10 @@ class Translator:
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`), in `dtype` (`aiayn_cli.precision.inference_precision`: fp32 by default, as every command),
-        to decode with `engine`: torch (this class) or ctranslate2 (`engines.CTranslate2Translator`)."""
-        from .engines import engine_class
-
-        translator_class = engine_class(engine)  # a wrong name is refused before the model loads
+        to decode with `engine`: torch or ctranslate2 (`engines`)."""
+        check_engine(engine)  # a wrong name is refused before the model loads
         model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
-        return translator_class(model, tokenizer, device=device, dtype=dtype)
+        return cls(model, tokenizer, device=device, dtype=dtype, engine=engine)
 
     # -----------------------------------------------------------------------------------------
     # Options and inputs
@@ -162,6 +146,9 @@ class Translator:
         given = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
         options = DecodingOptions.from_generation_config(self.model.generation_config, **given)
         options.validate()
+        check = getattr(self.engine, "check", None)
+        if check is not None:
+            check(options)
         return options
 
     def encode(
@@ -325,16 +312,8 @@ class Translator:
             if errors:
                 raise errors[0]
 
-    @torch.inference_mode()
     def _decode(self, sources: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
-        width = max(len(s) for s in sources)
-        input_ids = torch.full((len(sources), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
-        for row, tokens in enumerate(sources):
-            input_ids[row, : len(tokens)] = torch.tensor(tokens)
-            attention_mask[row, : len(tokens)] = 1
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        return decode(self.model, input_ids, attention_mask, options, self.prepared, self.head_masks)
+        return self.engine.decode(sources, options)
 
     def detokenize(self, tokens: list[int]) -> str:
         """The text of a hypothesis, on one line (line breaks that a vocabulary may hold become spaces)."""
@@ -373,5 +352,4 @@ __all__ = [
     "Translator",
     "decode_lines",
     "make_batches",
-    "pick_device",
 ]

@@ -234,9 +234,10 @@ def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tenso
 
 
 def write_averaged_checkpoint(
-    paths: list[str | os.PathLike], output: str | os.PathLike, overwrite: bool = False
+    paths: list[str | os.PathLike], output: str | os.PathLike, overwrite: bool = False, details: dict | None = None
 ) -> Path:
-    """Average `paths` into a new Hub-format folder `output` (configs and tokenizer from the newest).
+    """Average `paths` into a new Hub-format folder `output` (configs and tokenizer from the newest);
+    `details` (JSON) go into its averaged_from.json beside the checkpoints' names.
 
     Raises:
         AiaynError: `output` is, or contains, one of `paths` or a run folder (replacing it would
@@ -251,7 +252,7 @@ def write_averaged_checkpoint(
         for item in _files_to_copy(paths[-1]):
             shutil.copy2(item, tmp / item.name)
         save_file(averaged, tmp / "model.safetensors", metadata={"format": "pt"})
-        _write_json(tmp / "averaged_from.json", {"checkpoints": [p.name for p in paths]})
+        _write_json(tmp / "averaged_from.json", {"checkpoints": [p.name for p in paths], **(details or {})})
     return output
 
 

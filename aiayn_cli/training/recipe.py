@@ -33,7 +33,7 @@ import yaml
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from .. import yaml_text
-from ..data.spec import DataSpec
+from ..data.spec import DATA_SOURCES, DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
 from ..model.configuration_aiayn import LIBRARY_FIELDS, PRESETS, TOKEN_ID_FIELDS, AiaynConfig
@@ -246,12 +246,13 @@ class TrainRecipe:
     and alignment form during training. None: no history (a model's weights per step listed)."""
     average_last: PositiveInt | None = None
     """At the end, average the last N checkpoints into `averaged/` (§6.1: base 5, big 20)."""
-    average_choose: StrictBool = False
-    """Average the last k <= average_last checkpoints instead, with k chosen by the lowest loss on the
-    whole validation split (k = 1: the last checkpoint alone). §6.1 averaged a fixed number of
-    checkpoints 10 minutes apart at the end of 12 hours or more; in a run of an hour the oldest of
-    them can be a worse model than the last. False: the paper's fixed N. Without average_last, nothing
-    is averaged and this does nothing."""
+    average_choose: StrictBool = True
+    """End with the best on validation of: the last checkpoint, the best one, and the averages of the last
+    k = 2..average_last checkpoints saved after the learning rate's peak (`training/selection.py`).
+    §6.1 averaged a fixed number of checkpoints 10 minutes apart at the end of 12 hours or more; in a
+    run of minutes they may still be in the warmup, and their mean a worse model than the last. False,
+    or no validation split: the paper's plain average of the last average_last. Without average_last,
+    nothing is averaged and this does nothing."""
     length_penalty_grid: Annotated[list[NonNegativeFloat], Field(min_length=1)] | None = None
     """At the very end, the length penalty alphas tried on the whole validation split (beam search with
     the model's beam size); the best goes into the final model's generation_config.json (`averaged/`,
@@ -420,10 +421,6 @@ def _rename_old_keys(raw: dict[str, Any], where: dict[str, str]) -> None:
               file=sys.stderr)  # fmt: skip
 
 
-# The keys of `DataSpec` that name where the data is: one of them is given.
-DATA_SOURCES = ("dataset", "data_dir", "prefix", "source_file", "target_file", "data_file")
-
-
 def _drop_replaced_source(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     """An override that names a data source (`data.data_dir`) replaces the recipe's source whole."""
     given = {
@@ -573,8 +570,6 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
 
     if recipe.average_last is not None and recipe.average_last > recipe.keep_last:
         fail("average_last", f"({recipe.average_last}) must not exceed keep_last ({recipe.keep_last})")
-    if recipe.average_choose and recipe.average_last is not None and recipe.valid_split is None:
-        fail("average_choose", "needs a validation split to choose on (valid_split is null)")
     if recipe.length_penalty_grid is not None and recipe.valid_split is None:
         fail("length_penalty_grid", "needs a validation split to choose on (valid_split is null)")
     for key in ("max_time", "lost_process_after"):

@@ -491,8 +491,7 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
             show_progress=show_progress and main,
         )
         train = prepared.dataset
-        valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
-        valid = tokenize_split(valid_raw, tokenizer) if valid_raw is not None else None
+        validation = load_validation(recipe, tokenizer, accelerator)
     _echo(
         accelerator,
         f"{prepared.report}; {prepared.num_too_long} longer than {recipe.max_length} subword tokens dropped; "
@@ -516,24 +515,53 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
         generator=torch.Generator().manual_seed(recipe.seed),
         pin_memory=accelerator.device.type == "cuda",
     )
-    valid_loader, sources, references, valid_text = None, [], [], ([], [])
-    if valid is not None:
-        longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
-        valid_sampler = TokenBatchSampler.from_dataset(
-            valid,
-            max(recipe.valid_max_tokens or recipe.max_tokens, longest),
-            shuffle=False,
-            num_replicas=world,
-            rank=rank,
-        )
-        valid_loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=collate)
-        indices = range(len(valid_raw))
-        if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
-            indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
-        sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
-        references = [valid_raw[i]["target"] for i in indices] if sources else []
-        valid_text = (list(valid_raw["source"]), list(valid_raw["target"]))
-    return _Data(train, train_loader, sampler, valid_loader, sources, references, *valid_text, prepared.path.name)
+    v = validation
+    return _Data(
+        train,
+        train_loader,
+        sampler,
+        v.loader,
+        v.bleu_sources,
+        v.bleu_references,
+        v.sources,
+        v.references,
+        prepared.path.name,
+    )
+
+
+@dataclass
+class Validation:
+    """The validation split of a recipe, as the run validates on it."""
+
+    loader: DataLoader | None  # the whole split, tokenized, this process's shard
+    bleu_sources: list[str]  # the fixed sample decoded for BLEU
+    bleu_references: list[str]
+    sources: list[str]  # the whole split's text
+    references: list[str]
+
+
+def load_validation(recipe: TrainRecipe, tokenizer, accelerator) -> Validation:
+    """The recipe's validation split (empty without one): this process's loader over the whole split, the
+    BLEU sample (`valid_bleu_samples`, drawn with the recipe's seed), the split's text."""
+    if not recipe.valid_split:
+        return Validation(None, [], [], [], [])
+    valid_raw = load_split(recipe.data, recipe.valid_split)
+    valid = tokenize_split(valid_raw, tokenizer)
+    longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
+    valid_sampler = TokenBatchSampler.from_dataset(
+        valid,
+        max(recipe.valid_max_tokens or recipe.max_tokens, longest),
+        shuffle=False,
+        num_replicas=accelerator.num_processes,
+        rank=accelerator.process_index,
+    )
+    loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=Seq2SeqCollator(tokenizer.pad_token_id))
+    indices = range(len(valid_raw))
+    if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
+        indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
+    sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
+    references = [valid_raw[i]["target"] for i in indices] if sources else []
+    return Validation(loader, sources, references, list(valid_raw["source"]), list(valid_raw["target"]))
 
 
 def quiet_libraries() -> None:
