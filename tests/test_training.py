@@ -71,8 +71,11 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     assert "averaged/valid/bleu" in records[-2]
     # the length penalty chosen on the validation split, saved with the averaged model (§6.1)
     chosen = records[-1]
-    assert chosen["length_penalty_model"] == "averaged" and set(chosen["length_penalty_bleu"]) == {"0", "1"}
-    assert chosen["length_penalty"] == max((0.0, 1.0), key=lambda a: chosen["length_penalty_bleu"][f"{a:g}"])
+    tried = {float(alpha): bleu for alpha, bleu in chosen["length_penalty_bleu"].items()}  # in the order tried
+    assert chosen["length_penalty_model"] == "averaged" and {0.0, 1.0} <= set(tried)
+    assert chosen["length_penalty"] == max(tried, key=tried.get)
+    assert sorted(chosen["length_penalty_extended"]) == sorted(set(tried) - {0.0, 1.0})
+    assert chosen["length_penalty"] == 0.0 or chosen["length_penalty"] < max(tried)  # inside, or at alpha 0
     assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == chosen["length_penalty"]
     assert f"{out / 'averaged'}: length penalty alpha" in result.stdout
     # the resolved recipe, the learning curve, TensorBoard
@@ -308,3 +311,17 @@ def test_the_recipes_attention_kernels_hold_while_the_run_trains_and_are_restore
     trainer.train(recipe, show_progress=False)
     assert seen == (before if kernels is None else {name: name in kernels for name in flags})
     assert {name: flag() for name, flag in flags.items()} == before
+
+
+def test_gradient_checkpointing_trains_the_same_weights(task, tmp_path):
+    # the recipe key recomputes each layer in the backward pass: same dropout masks, same weights (fp32,
+    # to float rounding: the recomputed forward sums in the same order)
+    runs = {}
+    for flag in ("false", "true"):
+        out = tmp_path / flag
+        quick = [x for key in ("valid_split=null", "best_metric=loss", "average_last=null") for x in ("--set", key)]
+        args = train_args(task, out, "--max-steps", "3", *quick, "--set", f"gradient_checkpointing={flag}")
+        result = run_cli(*args, env=task["env"])
+        assert result.returncode == 0, result.stderr
+        runs[flag] = weights(out / "checkpoint-3")
+    assert max_difference(runs["false"], runs["true"]) < 1e-5

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -111,11 +112,20 @@ def device_option(panel: str | None = None) -> Any:
     )
 
 
+def _check_threads(value: int | None) -> int | None:
+    """At most four threads per core: --threads 1000000 started threads until none could be (a crash)."""
+    cores = os.cpu_count() or 1
+    if value is not None and value > 4 * cores:
+        raise typer.BadParameter(f"at most {4 * cores} (4 per core of this machine's {cores}), got {value}")
+    return value
+
+
 def threads_option(panel: str | None = None) -> Any:
-    """`--threads N`: the most CPU threads."""
+    """`--threads N`: the most CPU threads (at most four per core)."""
     return typer.Option(
         "--threads",
         min=1,
+        callback=_check_threads,
         metavar="N",
         rich_help_panel=panel,
         help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one, "
@@ -472,9 +482,9 @@ def engine_option(panel: str | None = None) -> Any:
         "--engine",
         metavar="torch|ctranslate2",
         rich_help_panel=panel,
-        help="torch: aiayn's decoder (every option; the paper's GNMT length penalty). ctranslate2: the model "
-        "converted once for CTranslate2 (kept in the cache folder, $AIAYN_CACHE) and decoded there; its beam "
-        "search needs --length-penalty-style hf; --quantization int8 is its int8.",
+        help="torch: aiayn's decoder (every option). ctranslate2: the model converted once for CTranslate2 (kept "
+        "in the cache folder, $AIAYN_CACHE) and decoded there, its finished hypotheses ranked by the same length "
+        "penalty (the paper's GNMT by default); --quantization int8 is its int8.",
     )
 
 

@@ -295,9 +295,13 @@ class PositionwiseFeedForward(nn.Module):
 class Embeddings(nn.Embedding):
     """Token embeddings, multiplied by sqrt(d_model) (§3.4; `scale_embedding`)."""
 
-    def __init__(self, config: AiaynConfig):
-        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+    def __init__(self, config: AiaynConfig, tied: bool = False):
+        # tied: its weight becomes `shared`'s (`_tied_weights_keys`), so it is neither allocated nor
+        # initialised here (nor draws random numbers: the same seed gives the same model as one matrix)
+        weight = torch.empty(config.vocab_size, config.d_model, device="meta") if tied else None
+        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id, _weight=weight)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.tied = tied
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return super().forward(input_ids) * self.scale
@@ -677,7 +681,7 @@ class AiaynPreTrainedModel(PreTrainedModel):
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
+        elif isinstance(module, nn.Embedding) and not getattr(module, "tied", False):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
@@ -700,8 +704,8 @@ class AiaynModel(AiaynPreTrainedModel):
         # encoder's and the decoder's to `shared` (`_tied_weights_keys`, as BART does); with
         # tie_word_embeddings=False the three stay separate matrices.
         self.shared = Embeddings(config)
-        self.encoder = Encoder(config, Embeddings(config))
-        self.decoder = Decoder(config, Embeddings(config))
+        self.encoder = Encoder(config, Embeddings(config, tied=config.tie_word_embeddings))
+        self.decoder = Decoder(config, Embeddings(config, tied=config.tie_word_embeddings))
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -78,13 +78,16 @@ def _moses(lang: str):
     return MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
 
 
-def paper_bleu_tokenize(text: str, lang: str) -> str:
-    """Tokenize one line as the paper's BLEU does: Moses unicode-punctuation replacement, Moses
-    tokenizer (with its default escaping, as `tokenizer.perl`), then compound splitting."""
+def moses_tokenize(text: str, lang: str) -> str:
+    """Tokenize one line as `tokenizer.perl -l LANG` does, after Moses unicode-punctuation replacement
+    (with the tokenizer's default escaping)."""
     normalizer, tokenizer = _moses(lang)
-    text = normalizer.replace_unicode_punct(text)
-    text = tokenizer.tokenize(text, escape=True, return_str=True)
-    return split_compounds(text)
+    return tokenizer.tokenize(normalizer.replace_unicode_punct(text), escape=True, return_str=True)
+
+
+def paper_bleu_tokenize(text: str, lang: str) -> str:
+    """Tokenize one line as the paper's BLEU does: `moses_tokenize`, then compound splitting."""
+    return split_compounds(moses_tokenize(text, lang))
 
 
 def text_features():
