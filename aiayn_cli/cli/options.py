@@ -102,6 +102,14 @@ def quantization_option(panel: str | None = None) -> Any:
     )
 
 
+def overwrite_option(command: str) -> Any:
+    """`--overwrite` of a command that writes named files into an output folder (the output rule:
+    `files.staging_files`)."""
+    return typer.Option(
+        "--overwrite", help=f"Replace files in --output-dir that aiayn {command} did not write (or that were edited)."
+    )
+
+
 def device_option(panel: str | None = None) -> Any:
     """`--device auto|cpu|cuda|cuda:N|mps`, `auto` by default everywhere."""
     return typer.Option(
@@ -541,10 +549,14 @@ def recipe_overrides(set_values: list[str] | None, data: dict[str, Any], flags: 
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise AiaynError(f"--set {item}: expected KEY=VALUE, e.g. --set lr_scale=2")
+        if not all(part.isidentifier() for part in key.strip().split(".")):
+            raise AiaynError(f"--set {item}: KEY is a recipe key, dotted within a section (e.g. model.d_ff)")
         try:
             overrides[key.strip()] = yaml_text.loads(text) if text.strip() else None
         except yaml.YAMLError:
             raise AiaynError(f"--set {item}: the value is not valid YAML") from None
+        except RecursionError:
+            raise AiaynError(f"--set {key.strip()}: the value is nested too deeply") from None
     if any(data.get(name) is not None for name in DATA_SOURCES):
         overrides.update({f"data.{name}": _plain(data.get(name)) for name in DATA_SOURCES})
     given = {**{f"data.{k}": v for k, v in data.items() if k not in DATA_SOURCES}, **flags}

@@ -214,6 +214,8 @@ def check_given(values: Mapping[str, Any]) -> None:
             if value not in spec.choices:
                 raise AiaynError(f"must be one of {', '.join(spec.choices)}, got {value!r}", key=name)
             continue
+        if not isinstance(value, (int, float)):  # a saved generation_config.json's "four"
+            raise AiaynError(f"must be a number, got {value!r}", key=name)
         if isinstance(value, float) and not math.isfinite(value):
             raise AiaynError(f"must be a finite number, got {value}", key=name)
         if spec.low is not None and (value <= spec.low if spec.above_low else value < spec.low):
