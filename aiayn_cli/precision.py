@@ -20,8 +20,12 @@ import os
 import platform
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from .errors import AiaynError
+
+if TYPE_CHECKING:  # torch is imported where it is used: a decoding engine without torch reads this module too
+    import torch
 
 # oneDNN's ISA names in increasing order (ONEDNN_MAX_CPU_ISA); bf16 products are native from AVX512_CORE_BF16 on.
 ONEDNN_ISAS = (
@@ -59,6 +63,8 @@ class PrecisionChoice:
 
 def native_bf16(device: str | torch.device = "cpu") -> tuple[bool, str]:
     """Whether `device` computes bf16 matrix products natively; (answer, the reason in a few words)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         native = torch.cuda.is_bf16_supported(including_emulation=False)
@@ -71,6 +77,8 @@ def native_bf16(device: str | torch.device = "cpu") -> tuple[bool, str]:
 
 def cpu_features() -> dict[str, object]:
     """What this CPU and this torch build say about bf16 (the inputs of `native_bf16_cpu`)."""
+    import torch
+
     return {
         "capability": torch.backends.cpu.get_cpu_capability(),  # ATen's kernels: AVX2, AVX512, ...
         "onednn_bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported(),
@@ -113,6 +121,8 @@ def choose_precision(requested: str | None, device: str | torch.device = "cpu") 
     `auto`: bf16 where `device` computes it natively, else fp32. An explicit bf16 or fp16 is kept;
     where the device emulates it, the choice carries a warning with the slowdown measured here.
     """
+    import torch
+
     device = torch.device(device)
     if requested in (None, "auto"):
         native, why = native_bf16(device)
@@ -140,6 +150,8 @@ def _emulated_warning(name: str, why: str, slower: float) -> str:
 def emulation_slowdown(dtype: torch.dtype, repeats: int = 5) -> float:
     """How many times longer a linear map of a training step's size (512 x 256 -> 1024) takes in
     `dtype` than in fp32 here, on one thread (the best of `repeats`, so that other load counts less)."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -173,6 +185,8 @@ def cpu_model() -> str:
 
 def machine_summary() -> str:
     """One line for a benchmark's header: the CPU, ATen's kernels, whether bf16 is native, the threads."""
+    import torch
+
     native, why = native_bf16_cpu()
     return (
         f"CPU: {cpu_model()}, {os.cpu_count()} cores; get_cpu_capability() {torch.backends.cpu.get_cpu_capability()}; "
@@ -180,20 +194,108 @@ def machine_summary() -> str:
     )
 
 
-def inference_dtype(device: str | torch.device = "cpu") -> torch.dtype:
-    """`--precision auto` of inference: bf16 where `device` computes it natively, else fp32."""
-    native, _ = native_bf16(device)
-    return torch.bfloat16 if native else torch.float32
+# ---------------------------------------------------------------------------------------------
+# Inference: one value, decided once, read by every engine
+# ---------------------------------------------------------------------------------------------
+
+COMPUTE_DTYPES = ("fp32", "bf16", "fp16")
+INFERENCE_PRECISIONS = ("auto", *COMPUTE_DTYPES)  # --precision of translate, evaluate, serve, ...
+QUANTIZATIONS = ("none", "int8")  # --quantization
+INT8 = "int8"  # the API's `dtype="int8"`: --quantization int8
+# One default for every command and API (translate, evaluate, serve, attention, layers, heads,
+# `Translator`): the same model and sentence give the same tokens in each, and on every CPU; bf16 is a
+# choice (`auto`, `bf16`), because it moves tokens (docs/precision.md).
+DEFAULT_INFERENCE_PRECISION = "fp32"
+
+
+@dataclass(frozen=True)
+class InferencePrecision:
+    """What a translation computes in: `compute` (fp32, bf16 or fp16: the activations and the float
+    weights; auto in a request that no device has resolved yet) and `int8_weights` (the linear maps
+    hold int8 weights, with fp32 around them). Made by `inference_precision`; every engine reads it."""
+
+    compute: str = DEFAULT_INFERENCE_PRECISION
+    int8_weights: bool = False
+
+    @property
+    def name(self) -> str:
+        """int8, or the compute dtype: what a translator reports (`Translator.precision`)."""
+        return INT8 if self.int8_weights else self.compute
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The dtype of the model's float weights and activations in PyTorch."""
+        import torch
+
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.compute]
+
+    @property
+    def compute_type(self) -> str:
+        """CTranslate2's name for it (`ctranslate2.Translator(..., compute_type=)`)."""
+        return "int8" if self.int8_weights else {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[self.compute]
+
+
+def inference_precision(
+    precision: str | torch.dtype | InferencePrecision | None = None,
+    quantization: str = "none",
+    device: str | torch.device | None = None,
+    computes: tuple[str, ...] | None = None,
+) -> InferencePrecision:
+    """The precision of a translation, from `--precision` and `--quantization` or the API's `dtype=`;
+    an `AiaynError` keyed by the option at fault.
+
+    Args:
+        precision: auto, fp32, bf16, fp16, int8 (the API's spelling of `quantization="int8"`), a
+            `torch.dtype`, or an `InferencePrecision` (kept, auto resolved); None:
+            `DEFAULT_INFERENCE_PRECISION`.
+        quantization: none or int8 (int8 weights computing in fp32: with precision auto or fp32).
+        device: where it runs: auto becomes bf16 where `device` computes it natively (`native_bf16`)
+            and the engine has it (`computes`: its compute dtypes there; default all), else fp32.
+            None: checked only, auto kept (a request, resolved by the engine on its device).
+    """
+    if isinstance(precision, InferencePrecision):
+        chosen = precision
+    else:
+        if precision is None:
+            precision = DEFAULT_INFERENCE_PRECISION
+        elif not isinstance(precision, str):  # a torch.dtype
+            precision = TORCH_NAMES.get(str(precision).removeprefix("torch."), str(precision))
+        if precision == INT8:
+            precision, quantization = "fp32", INT8
+        if precision not in INFERENCE_PRECISIONS:
+            raise AiaynError(f"{precision}: choose one of {', '.join(INFERENCE_PRECISIONS)}, {INT8}", key="dtype")
+        if quantization not in QUANTIZATIONS:
+            raise AiaynError(f"{quantization}: choose one of {', '.join(QUANTIZATIONS)}", key="quantization")
+        int8 = quantization == INT8
+        if int8 and precision not in ("auto", "fp32"):
+            raise AiaynError(
+                f"int8 computes in fp32 with int8 weights; give {{dtype}} auto or fp32, not {precision}",
+                key="quantization",
+                mentions=("dtype",),
+            )
+        chosen = InferencePrecision("fp32" if int8 else precision, int8)
+    if chosen.compute == "auto" and device is not None:
+        native = (computes is None or "bf16" in computes) and native_bf16(device)[0]
+        chosen = InferencePrecision("bf16" if native else "fp32", chosen.int8_weights)
+    return chosen
+
+
+TORCH_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 __all__ = [
+    "COMPUTE_DTYPES",
+    "DEFAULT_INFERENCE_PRECISION",
+    "INFERENCE_PRECISIONS",
+    "InferencePrecision",
     "PRECISIONS",
+    "QUANTIZATIONS",
     "PrecisionChoice",
     "choose_precision",
     "cpu_features",
     "cpu_model",
     "emulation_slowdown",
-    "inference_dtype",
+    "inference_precision",
     "machine_summary",
     "native_bf16",
     "native_bf16_cpu",

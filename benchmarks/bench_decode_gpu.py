@@ -36,13 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli.decoding import incremental  # noqa: E402
 from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.decoding.torch_engine import pick_dtype  # noqa: E402
+from aiayn_cli.precision import inference_precision  # noqa: E402
 from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian, timed  # noqa: E402
 
 
 def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:
     vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
-    dtype = pick_dtype("auto", args.device)
+    dtype = inference_precision("auto", device=args.device).torch_dtype
     ours = build_aiayn(dims, vocab).to(device=args.device, dtype=dtype)
     prepared = PreparedModel(ours, "float")
     marian = None if args.cache_paths else build_marian(dims, vocab, folder / dims).to(device=args.device, dtype=dtype)

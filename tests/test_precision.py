@@ -12,8 +12,7 @@ import torch
 from helpers import REPO_ROOT, cli_env, run_cli
 
 from aiayn_cli import precision
-from aiayn_cli.decoding.torch_engine import pick_dtype
-from aiayn_cli.precision import choose_precision, native_bf16_cpu
+from aiayn_cli.precision import choose_precision, inference_precision, native_bf16_cpu
 
 AVX512_BF16 = {
     "capability": "AVX512",
@@ -70,7 +69,7 @@ def test_auto_is_bf16_only_where_native(monkeypatch, native, expected):
     assert choice.precision == expected and choice.warning is None
     assert choice.reason.startswith("auto: CPU")
     assert choice.describe().startswith(f"precision: {'bf16' if native else 'fp32'} (auto: CPU")
-    assert pick_dtype("auto", "cpu") == (torch.bfloat16 if native else torch.float32)
+    assert inference_precision("auto", device="cpu").torch_dtype == (torch.bfloat16 if native else torch.float32)
 
 
 def test_explicit_bf16_on_an_emulating_cpu_warns_with_the_slowdown(monkeypatch):
@@ -223,3 +222,38 @@ def test_a_recipe_that_leaves_precision_to_accelerate_resolves_when_fp32_as_acce
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "BF16")
     assert accelerate_precision() == "bf16"
     assert recipe.in_precision(accelerate_precision()).model.dropout is None
+
+
+def test_inference_precision_is_one_value_from_the_cli_and_the_api(monkeypatch):
+    """`--precision`/`--quantization` and the API's `dtype=` make one `InferencePrecision`: fp32 by
+    default (every command's and `Translator`'s), int8 weights computing in fp32, auto resolved on the
+    device and the engine's compute dtypes; a wrong value is an error keyed by its option."""
+    from aiayn_cli.errors import AiaynError
+    from aiayn_cli.precision import DEFAULT_INFERENCE_PRECISION, InferencePrecision
+
+    assert DEFAULT_INFERENCE_PRECISION == "fp32"
+    assert inference_precision() == inference_precision(None, device="cpu") == InferencePrecision("fp32", False)
+    int8 = InferencePrecision("fp32", True)
+    assert inference_precision("int8") == inference_precision("fp32", "int8") == inference_precision("auto", "int8")
+    assert inference_precision("int8") == int8 and (int8.name, int8.compute_type) == ("int8", "int8")
+    assert inference_precision(torch.bfloat16) == InferencePrecision("bf16")
+    assert inference_precision(InferencePrecision("bf16")).torch_dtype == torch.bfloat16
+    monkeypatch.setattr(precision, "cpu_features", lambda: AVX512_BF16)
+    request = inference_precision("auto")  # no device yet: checked, auto kept for the engine's device
+    assert request.compute == "auto"
+    assert inference_precision(request, device="cpu") == InferencePrecision("bf16")
+    assert inference_precision("auto", device="cpu", computes=("fp32", "fp16")) == InferencePrecision("fp32")
+    monkeypatch.setattr(precision, "cpu_features", lambda: AVX2)
+    assert inference_precision(request, device="cpu") == InferencePrecision("fp32")
+    for args, key, words in [
+        (("fp8",), "dtype", "fp8: choose one of auto, fp32, bf16, fp16, int8"),
+        (("fp32", "int4"), "quantization", "int4: choose one of none, int8"),
+        (
+            ("bf16", "int8"),
+            "quantization",
+            "int8 computes in fp32 with int8 weights; give {dtype} auto or fp32, not bf16",
+        ),
+    ]:
+        with pytest.raises(AiaynError) as caught:
+            inference_precision(*args)
+        assert (caught.value.key, caught.value.message) == (key, words)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from ..errors import AiaynError
+from ..precision import DEFAULT_INFERENCE_PRECISION
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.spec import DataSpec
@@ -76,9 +77,11 @@ def model_from_argument(model: str | None, positional: str | None, command: str)
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+PRECISION = DEFAULT_INFERENCE_PRECISION  # every command's default: the same tokens in each (docs/precision.md)
 PRECISION_HELP = (
-    "What the model computes in: auto (bf16 where the device computes it natively: AVX512-BF16, AMX, "
-    "Ampere+; else fp32), fp32, bf16 or fp16."
+    "What the model computes in: fp32 (the default of every command: the same tokens in each, on every CPU), "
+    "auto (bf16 where the device computes it natively: AVX512-BF16, AMX, Ampere+; else fp32; faster, and it "
+    "can change a token), bf16 or fp16."
 )
 
 
@@ -179,18 +182,6 @@ def show_progress(progress: bool | None) -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # closed or replaced
         return False
-
-
-def inference_dtype(precision: str, quantization: str = "none") -> str:
-    """The `Translator` dtype for `--precision` and `--quantization` (int8 computes in fp32)."""
-    if quantization == "int8":
-        if precision not in ("auto", "fp32"):
-            raise AiaynError(
-                f"int8 computes in fp32 with int8 weights; give --precision auto or fp32, not {precision}",
-                key="quantization",
-            )
-        return "int8"
-    return precision
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,12 +20,8 @@ import math
 from pathlib import Path
 
 from ..errors import AiaynError
+from ..precision import COMPUTE_DTYPES, InferencePrecision, inference_precision
 from .defaults import DecodingOptions, Hypothesis, length_penalty, max_output_lengths
-
-# aiayn's dtype (--precision, --quantization int8) -> CTranslate2's compute_type. CTranslate2 has no bfloat16 or float16 on CPUs
-# (`ctranslate2.get_supported_compute_types("cpu")`); auto is float32 there, the precision whose
-# translations are the torch engine's (its int8 is a choice, as for the torch engine).
-COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
 def ctranslate2_device(device) -> tuple[str, int]:
@@ -43,26 +39,24 @@ def ctranslate2_device(device) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
-def compute_type(dtype: str | None, device: str) -> str:
-    """CTranslate2's compute_type for aiayn's dtype (--precision, --quantization) on `device` (cpu or cuda), or an `AiaynError`."""
+def compute_type(dtype, device: str) -> str:
+    """CTranslate2's compute_type for aiayn's precision (`inference_precision`'s `dtype`: --precision,
+    --quantization) on `device` (cpu or cuda), or an `AiaynError`. CTranslate2 has no bfloat16 or
+    float16 on CPUs (`ctranslate2.get_supported_compute_types("cpu")`): auto is fp32 there."""
     import ctranslate2
 
     supported = ctranslate2.get_supported_compute_types(device)
-    if dtype in (None, "auto"):
-        chosen = "bfloat16" if device == "cuda" and "bfloat16" in supported else "float32"
-    elif dtype in COMPUTE_TYPES:
-        chosen = COMPUTE_TYPES[dtype]
-    else:
-        raise AiaynError(f"{dtype}: choose one of auto, {', '.join(COMPUTE_TYPES)}", key="dtype")
-    if chosen not in supported:
-        names = [name for name, kind in COMPUTE_TYPES.items() if kind in supported and name != "int8"]
-        int8 = "; {quantization} int8 for its int8" if COMPUTE_TYPES["int8"] in supported else ""
+    computes = tuple(name for name in COMPUTE_DTYPES if InferencePrecision(name).compute_type in supported)
+    precision = inference_precision(dtype, device=device, computes=computes)
+    if precision.compute_type not in supported:
+        int8 = "; {quantization} int8 for its int8" if "int8" in supported else ""
         raise AiaynError(
-            f"{dtype}: CTranslate2 has no {chosen} on {device} here; choose one of auto, {', '.join(names)}{int8}",
-            key="dtype",
+            f"{precision.name}: CTranslate2 has no {precision.compute_type} on {device} here; choose one of auto, "
+            f"{', '.join(computes)}{int8}",
+            key="quantization" if precision.int8_weights else "dtype",
             mentions=("quantization",),
         )
-    return chosen
+    return precision.compute_type
 
 
 def ctranslate2_options(options: DecodingOptions) -> dict:
@@ -238,4 +232,4 @@ class CTranslate2Engine:
             hypothesis.score = hypothesis.log_prob / lp
 
 
-__all__ = ["COMPUTE_TYPES", "CTranslate2Engine", "compute_type", "ctranslate2_device", "ctranslate2_options"]
+__all__ = ["CTranslate2Engine", "compute_type", "ctranslate2_device", "ctranslate2_options"]

@@ -50,7 +50,8 @@ def make_engine(
     engine: str, model, tokenizer, device=None, dtype=None, cache: str | Path | None = None, key: str | None = None
 ) -> Engine:
     """The engine named `engine` for a loaded `model` and `tokenizer`, on aiayn's `device` (auto, cpu,
-    cuda[:N], mps) in aiayn's `dtype` (auto, fp32, bf16, fp16, int8). The ctranslate2 engine converts
+    cuda[:N], mps) in aiayn's `dtype` (`inference_precision`'s: auto, fp32, bf16, fp16, int8, a `torch.dtype` or
+    an `InferencePrecision`; None: the default, fp32). The ctranslate2 engine converts
     the model into `cache` (default `ctranslate2_cache.cache_dir()`, under `key`: see
     `converted_folder`) unless it is there, and leaves the model's weights on the meta device (the
     configuration stays readable); its threads are PyTorch's (`torch.set_num_threads`)."""
@@ -67,8 +68,6 @@ def make_engine(
     needs_ctranslate2()
     from .ctranslate2_engine import compute_type, ctranslate2_device
 
-    if isinstance(dtype, torch.dtype):
-        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     compute_type(dtype, ctranslate2_device(device)[0])  # refused before the conversion
     folder, converted = converted_folder(model, tokenizer, cache, key=key)
     model.to("meta")  # the weights live in CTranslate2 now

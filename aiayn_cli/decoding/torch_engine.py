@@ -11,13 +11,11 @@ import torch
 
 from ..errors import AiaynError
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from ..precision import inference_dtype
+from ..precision import InferencePrecision, inference_precision
 from .defaults import DecodingOptions
 from .incremental import PreparedModel
 from .search import Hypothesis, decode
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
-INT8 = "int8"  # CPUs: int8 weights for the linear maps, float32 for the rest and the activations
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
@@ -40,22 +38,10 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def pick_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
-    """`dtype`; None: fp32; "auto": bf16 where `device` computes it natively, else fp32 (`aiayn_cli.precision`)."""
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return inference_dtype(device)
-    if dtype not in DTYPES:
-        raise AiaynError(f"{dtype}: choose one of auto, {', '.join(DTYPES)}", key="dtype")
-    return DTYPES[dtype]
-
-
 class TorchEngine:
-    """aiayn's decoder on `model`, moved to `device` (auto: the best here) in `dtype` (None: fp32; auto,
-    fp32, bf16, fp16, or int8: int8 weights for the linear maps on a CPU), with the fast path's
+    """aiayn's decoder on `model`, moved to `device` (auto: the best here) in `dtype` (what
+    `inference_precision` reads: None for the default, fp32; auto, fp32, bf16, fp16, or int8: int8
+    weights for the linear maps, on CPUs only), with the fast path's
     projections prepared once from the weights (a change to the weights needs a new engine).
 
     `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
@@ -68,22 +54,24 @@ class TorchEngine:
         self,
         model: AiaynForConditionalGeneration,
         device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = None,
+        dtype: str | torch.dtype | InferencePrecision | None = None,
     ):
         self.device = device if isinstance(device, torch.device) else pick_device(device)
-        if dtype == INT8 and self.device.type != "cpu":
+        self.inference = inference_precision(dtype, device=self.device)
+        int8 = self.inference.int8_weights
+        if int8 and self.device.type != "cpu":
             raise AiaynError(
                 f"int8: int8 decoding runs on CPUs only, not on {self.device.type} (use {{device}} cpu)",
                 key="quantization",
                 mentions=("device",),
             )
-        self.model = model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
-        self.precision = INT8 if dtype == INT8 else str(self.model.dtype).removeprefix("torch.")
+        self.model = model.to(device=self.device, dtype=self.inference.torch_dtype).eval()
+        self.precision = self.inference.name if int8 else str(self.model.dtype).removeprefix("torch.")
         self.head_masks: dict[str, torch.Tensor] | None = None
         try:
-            self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
+            self.prepared = PreparedModel(self.model, "int8" if int8 else "float")
         except RuntimeError as err:
-            if dtype != INT8:
+            if not int8:
                 raise
             raise AiaynError(f"int8: {err}", key="quantization") from None
 
@@ -100,4 +88,4 @@ class TorchEngine:
         return decode(self.model, input_ids, attention_mask, options, self.prepared, self.head_masks)
 
 
-__all__ = ["DEVICES", "DTYPES", "INT8", "TorchEngine", "pick_device", "pick_dtype"]
+__all__ = ["DEVICES", "TorchEngine", "pick_device"]

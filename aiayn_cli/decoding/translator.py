@@ -131,7 +131,7 @@ class Translator:
         engine: str = "torch",
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
-        `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`),
+        `AutoTokenizer`), in `dtype` (`aiayn_cli.precision.inference_precision`: fp32 by default, as every command),
         to decode with `engine`: torch or ctranslate2 (`engines`; a local folder is converted under
         `ctranslate2_cache.files_key`, which `from_converted` finds without loading the model)."""
         from ..model.loading import load_pretrained

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AiaynError
+from ..precision import DEFAULT_INFERENCE_PRECISION
 from .views import check_layer_head, view
 
 
@@ -109,7 +110,7 @@ def over_training(
     steps, patterns, rows, columns, aer = [], [], [], [], {}
     title = ""
     for step, folder in checkpoints:
-        translator = Translator.from_pretrained(str(folder), device="cpu", dtype="fp32")
+        translator = Translator.from_pretrained(str(folder), device="cpu", dtype=DEFAULT_INFERENCE_PRECISION)
         (ex,) = explain(translator, None, [source], [reference], with_scores=False)
         chosen = layer if layer is not None else len(ex.attentions(kind))
         check_layer_head(ex, kind, chosen, head)

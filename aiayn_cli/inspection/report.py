@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import AiaynError
 from ..files import check_output_files, node_kind, staging_files
+from ..precision import DEFAULT_INFERENCE_PRECISION
 from .alignment import align, format_alignment
 from .explorer import explorer_html
 from .extract import KINDS, Explanation, explain
@@ -44,7 +45,7 @@ class AttentionRequest:
     hide_eos: bool = False
     alignment_layer: int | None = None
     device: str = "auto"
-    precision: str = "fp32"  # auto, fp32, bf16 or fp16
+    precision: str = DEFAULT_INFERENCE_PRECISION  # auto, fp32, bf16 or fp16: as every command
     decoding: dict = field(default_factory=dict)  # DecodingOptions overrides for the model's own translation
     overwrite: bool = False  # replace files in `output` that aiayn attention did not write (or that were edited)
 

@@ -114,11 +114,8 @@ def attention(
     device: Annotated[str, options.device_option()] = "auto",
     precision: Annotated[
         options.Precision,
-        options.precision_option(
-            help="What the model computes in: fp32 (the default here: the numbers shown are exact), auto (bf16 where "
-            "the device computes it natively), bf16 or fp16."
-        ),
-    ] = "fp32",
+        options.precision_option(),
+    ] = options.PRECISION,
     checkpoints: Annotated[
         Path | None,
         typer.Option(

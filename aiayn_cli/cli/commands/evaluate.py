@@ -12,6 +12,7 @@ from ...data.spec import DataSpec
 from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
 from ...evaluation.scoring import METRICS
+from ...precision import inference_precision
 from .. import options
 
 TRANSLATING = "Translating (with --model)"
@@ -102,7 +103,7 @@ def evaluate(
     ] = "test",
     engine: Annotated[str, options.engine_option(TRANSLATING)] = "torch",
     device: Annotated[str, options.device_option(TRANSLATING)] = "auto",
-    precision: Annotated[options.Precision, options.precision_option(panel=TRANSLATING)] = "auto",
+    precision: Annotated[options.Precision, options.precision_option(panel=TRANSLATING)] = options.PRECISION,
     quantization: Annotated[options.Quantization, options.quantization_option(TRANSLATING)] = "none",
     max_tokens: Annotated[int, options.max_tokens_option(TRANSLATING)] = MAX_TOKENS,
     batch_size: Annotated[int, options.batch_size_option(TRANSLATING)] = BATCH_SIZE,
@@ -135,7 +136,7 @@ def evaluate(
         save_length_penalty=save_length_penalty,
         engine=engine,
         device=device,
-        dtype=options.inference_dtype(precision, quantization),
+        dtype=inference_precision(precision, quantization),
         decoding=decoding,
         max_tokens=max_tokens,
         batch_size=batch_size,

@@ -72,11 +72,8 @@ def heads(
     device: Annotated[str, options.device_option()] = "auto",
     precision: Annotated[
         options.Precision,
-        options.precision_option(
-            help="What the model computes in: fp32 (the default here: the same numbers on every CPU), auto (bf16 "
-            "where the device computes it natively, as translate), bf16 or fp16."
-        ),
-    ] = "fp32",
+        options.precision_option(),
+    ] = options.PRECISION,
     overwrite: Annotated[bool, options.overwrite_option("heads")] = False,
 ) -> None:
     """Measure every head: what it attends to, the loss and BLEU without it, and how many can go.

@@ -60,7 +60,7 @@ def layers(
     device: Annotated[str, options.device_option()] = "auto",
     overwrite: Annotated[bool, options.overwrite_option("layers")] = False,
 ) -> None:
-    """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
+    """Show each decoder layer's prediction (through the output projection) and alignment, in fp32 (every command's default).
 
     \b
     aiayn layers -m runs/multi30k_en_de/averaged "A dog runs through the grass."
@@ -84,7 +84,7 @@ def layers(
         raise AiaynError('give a SENTENCE (aiayn layers -m MODEL "A dog runs.") or data options '
                          "(--data-dir DIR -s en -t de --split validation)")  # fmt: skip
     check_output_files(output, ["layers.json", "layers.md"], overwrite=overwrite, key="output")  # before the work
-    translator = Translator.from_pretrained(model, device=device, dtype="fp32")
+    translator = Translator.from_pretrained(model, device=device, dtype=options.PRECISION)
     report, grid = inspect_layers(translator, data, split, sample, sentence, reference)
     report.settings = {"model": model, **report.settings}
     written = write_layer_report(report, grid, output, overwrite=overwrite)

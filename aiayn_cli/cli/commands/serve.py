@@ -8,6 +8,7 @@ import typer
 
 from ...errors import AiaynError
 from ...hub.lookup import check_hub_model
+from ...precision import inference_precision
 from ...serving.limits import Limits
 from .. import options
 
@@ -25,7 +26,7 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, metavar="N", help="Port to listen on.")] = 8000,
     device: Annotated[str, options.device_option()] = "auto",
-    precision: Annotated[options.Precision, options.precision_option()] = "auto",
+    precision: Annotated[options.Precision, options.precision_option()] = options.PRECISION,
     quantization: Annotated[options.Quantization, options.quantization_option()] = "none",
     threads: Annotated[int | None, options.threads_option()] = None,
     engine: options.EngineOpt = "torch",
@@ -106,7 +107,7 @@ def serve(
         max_tokens=max_tokens,
         batch_size=batch_size,
     )
-    dtype = options.inference_dtype(precision, quantization)
+    dtype = inference_precision(precision, quantization)
     run_server(
         model,
         host,

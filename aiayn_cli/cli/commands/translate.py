@@ -15,6 +15,7 @@ from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
 from ...files import STDOUT, check_output_file, node_kind, open_output
 from ...hub.lookup import check_hub_model
+from ...precision import inference_precision
 from .. import options
 
 BATCHING = "Batching and device"
@@ -53,7 +54,7 @@ def translate(
     max_tokens: Annotated[int, options.max_tokens_option(BATCHING)] = MAX_TOKENS,
     batch_size: Annotated[int, options.batch_size_option(BATCHING)] = BATCH_SIZE,
     device: Annotated[str, options.device_option(BATCHING)] = "auto",
-    precision: Annotated[options.Precision, options.precision_option(panel=BATCHING)] = "auto",
+    precision: Annotated[options.Precision, options.precision_option(panel=BATCHING)] = options.PRECISION,
     quantization: Annotated[options.Quantization, options.quantization_option(BATCHING)] = "none",
     threads: Annotated[int | None, options.threads_option(BATCHING)] = None,
     alignment: Annotated[
@@ -83,7 +84,7 @@ def translate(
     0; SCORE is log p / length penalty; an empty input gives N empty hypotheses of score 0).
     """
     _warnings_to_stderr()
-    dtype = options.inference_dtype(precision, quantization)
+    dtype = inference_precision(precision, quantization)
     options.check_engine(engine)
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
