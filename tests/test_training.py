@@ -71,8 +71,11 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     assert "averaged/valid/bleu" in records[-2]
     # the length penalty chosen on the validation split, saved with the averaged model (§6.1)
     chosen = records[-1]
-    assert chosen["length_penalty_model"] == "averaged" and set(chosen["length_penalty_bleu"]) == {"0", "1"}
-    assert chosen["length_penalty"] == max((0.0, 1.0), key=lambda a: chosen["length_penalty_bleu"][f"{a:g}"])
+    tried = {float(alpha): bleu for alpha, bleu in chosen["length_penalty_bleu"].items()}  # in the order tried
+    assert chosen["length_penalty_model"] == "averaged" and {0.0, 1.0} <= set(tried)
+    assert chosen["length_penalty"] == max(tried, key=tried.get)
+    assert sorted(chosen["length_penalty_extended"]) == sorted(set(tried) - {0.0, 1.0})
+    assert chosen["length_penalty"] == 0.0 or chosen["length_penalty"] < max(tried)  # inside, or at alpha 0
     assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == chosen["length_penalty"]
     assert f"{out / 'averaged'}: length penalty alpha" in result.stdout
     # the resolved recipe, the learning curve, TensorBoard

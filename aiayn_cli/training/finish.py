@@ -82,6 +82,7 @@ def choose_length_penalty(run: RunContext, model_dir: Path) -> str | None:
                 "step": run.state.step,
                 "length_penalty": choice.alpha,
                 "length_penalty_bleu": {f"{a:g}": b for a, b in choice.bleu.items()},
+                "length_penalty_extended": choice.extended,
                 "length_penalty_model": model_dir.name,
             }
         )
