@@ -6,7 +6,7 @@
 Both sides train the same model (the `base` preset with d_model = d_ff = `--d-model`: layers, heads
 and the 37,000-token vocabulary kept) on the same pre-collated batches, from the same weights:
 
-- aiayn: the loop of `aiayn train` (`training.loop.Run`: the token counts agreed on, the dropout
+- aiayn: the loop of `aiayn train` (`training.loop.train_loop`: the token counts agreed on, the dropout
   seeds, the shared `batch_loss`, the non-finite guard, clipping, the schedule, the log lines), with
   the optimizer and accelerator `train()` makes;
 - minimal: the few lines a strong engineer writes first (`minimal_step`): autocast in the run's
@@ -128,7 +128,7 @@ def aiayn_round(args, model_state: dict, batches: list[dict]) -> float:
     """Seconds a step of `aiayn train`'s loop over `batches` (the first `--warmup` untimed)."""
     from types import SimpleNamespace
 
-    from aiayn_cli.training.loop import Run
+    from aiayn_cli.training.loop import RunContext, train_loop
     from aiayn_cli.training.run_folder import MetricsLog, TrainState
     from aiayn_cli.training.schedule import build_scheduler
     from aiayn_cli.training.trainer import make_accelerator, make_optimizer
@@ -146,7 +146,7 @@ def aiayn_round(args, model_state: dict, batches: list[dict]) -> float:
         timed = _TimedBatches(batches, sampler, args.warmup)
         data = SimpleNamespace(train_loader=timed, train_sampler=sampler, valid_loader=None, bleu_sources=[])
         tokenizer = SimpleNamespace(save_pretrained=lambda folder: None)  # the run's last checkpoint: untimed
-        run = Run(
+        run = RunContext(
             recipe,
             accelerator,
             model,
@@ -158,7 +158,7 @@ def aiayn_round(args, model_state: dict, batches: list[dict]) -> float:
             TrainState(),
             MetricsLog(Path(tmp), None),
         )
-        run.loop(show_progress=False)
+        train_loop(run, show_progress=False)
         return timed.seconds_a_step()
 
 

@@ -154,7 +154,7 @@ def run_ours(args) -> dict:
     """`train()` as `aiayn train recipes/wmt14_en_de_base.yaml` runs it; tokens/s of the windows after warm-up."""
     import torch
 
-    from aiayn_cli.training.loop import Run
+    from aiayn_cli.training import loop
     from aiayn_cli.training.recipe import load_recipe
     from aiayn_cli.training.trainer import quiet_libraries, train
 
@@ -185,7 +185,7 @@ def run_ours(args) -> dict:
         raise SystemExit("error: --steps must be a multiple of --warmup-steps (the metrics log's windows)")
     profile = {}
     if args.profile:
-        profile_step(Run, args.warmup_steps + args.steps + 1, args.device, args.profile, profile)
+        profile_step(loop, args.warmup_steps + args.steps + 1, args.device, args.profile, profile)
     result = train(recipe, show_progress=False)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in records if "tokens_per_s" in r]
@@ -207,23 +207,23 @@ def run_ours(args) -> dict:
     }
 
 
-def profile_step(run_class, step: int, device: str, folder: Path, summary: dict) -> None:
-    """Wrap `Run._step` so that optimizer step `step` runs under `torch.profiler`: its table (by device
+def profile_step(loop, step: int, device: str, folder: Path, summary: dict) -> None:
+    """Wrap the loop's `train_step` so that optimizer step `step` runs under `torch.profiler`: its table (by device
     time), its trace (gzipped) into `folder`, and a summary (the step's wall time, the device's busy
     time, the share of matrix products) into `summary`."""
     from torch.profiler import ProfilerActivity, profile
 
-    original = run_class._step
+    original = loop.train_step
 
-    def _step(self, *args, **kwargs):  # whatever the loop's step takes
-        if self.state.step + 1 != step:
-            return original(self, *args, **kwargs)
+    def train_step(ctx, *args, **kwargs):  # whatever the loop's step takes
+        if ctx.state.step + 1 != step:
+            return original(ctx, *args, **kwargs)
         cuda = device.startswith("cuda")
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         _synchronize(device)
         start = time.perf_counter()
         with profile(activities=activities, record_shapes=False) as prof:
-            out = original(self, *args, **kwargs)
+            out = original(ctx, *args, **kwargs)
             _synchronize(device)
         wall = time.perf_counter() - start
         folder.mkdir(parents=True, exist_ok=True)
@@ -263,7 +263,7 @@ def profile_step(run_class, step: int, device: str, folder: Path, summary: dict)
         )
         return out
 
-    run_class._step = _step
+    loop.train_step = train_step  # the loop looks it up in its module at every step
 
 
 def _is_attention(name: str) -> bool:

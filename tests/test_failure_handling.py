@@ -387,7 +387,7 @@ def test_the_pickle_check_looks_through_links(tmp_path):
 
 
 def test_a_second_signal_removes_the_checkpoint_being_written(monkeypatch, tmp_path):
-    from aiayn_cli.training.loop import Run
+    from aiayn_cli.training.loop import remove_partial_checkpoint
     from aiayn_cli.training.signals import StopSignals
 
     (tmp_path / "checkpoint-100").mkdir()
@@ -395,7 +395,7 @@ def test_a_second_signal_removes_the_checkpoint_being_written(monkeypatch, tmp_p
     run = SimpleNamespace(output=tmp_path, accelerator=SimpleNamespace(is_main_process=True))
     killed = []
     monkeypatch.setattr(os, "kill", lambda pid, number: killed.append(number))
-    with StopSignals(on_abort=lambda: Run._remove_partial_checkpoint(run)) as signals:
+    with StopSignals(on_abort=lambda: remove_partial_checkpoint(run)) as signals:
         signals._handle(signal.SIGINT, None)  # the first: finish the step, save
         assert (tmp_path / "checkpoint-200.tmp").exists()
         signals._handle(signal.SIGINT, None)  # the second: stop now, leaving nothing half-written

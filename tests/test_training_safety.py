@@ -247,7 +247,7 @@ class _HostReads:
 
     # where the host may read: the log lines, validation, checkpoints; and the data loader's own batches
     # (host tensors before they go to the device)
-    EVENTS = ("_log_train", "_validate", "_checkpoint", "_save_history", "_global_batches")
+    EVENTS = ("log_train", "validate", "checkpoint", "save_checkpoint", "global_batches")
 
     def __init__(self, monkeypatch):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -275,7 +275,7 @@ class _HostReads:
 
         frames = [frame for frame in traceback.extract_stack() if "aiayn_cli" in frame.filename]
         names = [(Path(frame.filename).name, frame.name) for frame in frames]
-        event = next((name for file, name in names if file == "loop.py" and name in self.EVENTS), "in a step")
+        event = next((name for _, name in names if name in self.EVENTS), "in a step")
         where = f"{names[-1][0]}:{names[-1][1]}" if names else "?"
         self.reads.append((event, where))
 
@@ -284,18 +284,17 @@ def test_the_host_never_waits_for_the_device_between_log_lines(monkeypatch, task
     # 8 steps, a log line and a checkpoint every 4: the host reads the device's values only there (the
     # losses, the non-finite flag, the weights). The model's own `padding_mask` still reads one value per
     # forward pass (`bool(attention_mask.all())`): counted apart, a known branch of the model.
-    import aiayn_cli.training.loop as loop
+    import aiayn_cli.training.trainer as trainer
     from aiayn_cli.training.recipe import load_recipe
-    from aiayn_cli.training.trainer import train
 
     reads = _HostReads(monkeypatch)
-    real_loop = loop.Run._loop
+    real_loop = trainer.train_loop
 
-    def counted(run):
+    def counted(*args, **kwargs):
         with reads.mode:
-            return real_loop(run)
+            return real_loop(*args, **kwargs)
 
-    monkeypatch.setattr(loop.Run, "_loop", counted)
+    monkeypatch.setattr(trainer, "train_loop", counted)
     overrides = {
         "output_dir": str(tmp_path / "run"),
         "tokenizer": str(task["tokenizer"]),
@@ -311,13 +310,13 @@ def test_the_host_never_waits_for_the_device_between_log_lines(monkeypatch, task
         "trackers": [],
         "mixed_precision": "no",
     }
-    train(load_recipe(TINY, overrides), show_progress=False)
+    trainer.train(load_recipe(TINY, overrides), show_progress=False)
     in_steps = [where for event, where in reads.reads if event == "in a step"]
     model = [where for where in in_steps if where == "modeling_aiayn.py:padding_mask"]
     assert [where for where in in_steps if where not in model] == [], in_steps
     assert len(model) == 2 * 8  # encoder and decoder, one forward pass a step (update_freq 1)
     assert {event for event, _ in reads.reads} - {"in a step"} <= set(_HostReads.EVENTS)
-    assert any(event == "_log_train" for event, _ in reads.reads)  # the counter sees the reads that remain
+    assert any(event == "log_train" for event, _ in reads.reads)  # the counter sees the reads that remain
 
 
 def _guarded_steps(losses_to_poison: set[int], steps: int = 3, guard: bool = True):

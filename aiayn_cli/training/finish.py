@@ -10,11 +10,11 @@ from pathlib import Path
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from .checkpoint import list_checkpoints, write_averaged_checkpoint
 from .heartbeat import whole_write
-from .loop import Run
+from .loop import RunContext
 from .selection import select_final_model
 
 
-def average_last_checkpoints(run: Run, last: int, choose: bool = True) -> tuple[Path, dict[str, float]]:
+def average_last_checkpoints(run: RunContext, last: int, choose: bool = True) -> tuple[Path, dict[str, float]]:
     """The run's final model into `averaged/` (§6.1): with `choose` and a validation split, the best on
     validation of the last checkpoint, the best one and the averages of the last k <= `last` of the
     decayed tail (`selection.py`); else the plain average of the last `last` checkpoints."""
@@ -58,7 +58,7 @@ def _say(accelerator, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def choose_length_penalty(run: Run, model_dir: Path) -> str | None:
+def choose_length_penalty(run: RunContext, model_dir: Path) -> str | None:
     """§6.1: the length penalty of the recipe's grid with the best BLEU on the whole validation split,
     written into `model_dir`'s generation_config.json (the main process decodes); the choice,
     described (None on the other processes)."""

@@ -23,7 +23,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from tqdm.auto import tqdm
@@ -37,7 +37,7 @@ from .checkpoint import (
 from .guard import NonFiniteGuard
 from .loss import batch_loss, target_mask
 from .recipe import parse_duration
-from .run_folder import HISTORY_DIR
+from .run_folder import HISTORY_DIR, MetricsLog, TrainState
 from .schedule import cooldown_factor
 from .signals import StopSignals
 from .validation import evaluate_model
@@ -100,274 +100,31 @@ class Window:
         self.steps += 1
 
 
-class Run:
-    """One run of the loop; `train()` builds it, calls `loop()`, then maybe `average()`."""
+@dataclass
+class RunContext:
+    """What a run holds: the recipe, the accelerator with the prepared model (and its maybe compiled
+    forward), optimizer and schedule, the tokenizer, the data, the state that checkpoints save, and the
+    metrics log. `train()` builds it; the loop and the end of the run (`finish.py`) read it."""
 
-    def __init__(
-        self, recipe, accelerator, model, forward_model, optimizer, scheduler, tokenizer, data, state, metrics
-    ):
-        self.recipe, self.accelerator, self.state, self.metrics = recipe, accelerator, state, metrics
-        self.model, self.forward_model = model, forward_model  # prepared; and maybe compiled
-        self.optimizer, self.scheduler, self.tokenizer, self.data = optimizer, scheduler, tokenizer, data
-        self.config = accelerator.unwrap_model(model).config
-        self.output = Path(recipe.output_dir)
-        self.max_seconds = parse_duration(recipe.max_time) if recipe.max_time is not None else None
-        self.bar = None
-        self.lr = scheduler.get_last_lr()[0]  # the last update's learning rate, cooldown included
-        self.t0, self.seconds0 = time.monotonic(), state.train_seconds
-        self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
-        self.last_checkpoint = self.last_valid = self.seconds0
-        self.signals = StopSignals(step=lambda: self.state.step + 1, on_abort=self._remove_partial_checkpoint)
-        self.guard = NonFiniteGuard(accelerator, optimizer, kept=self._kept)
+    recipe: Any
+    accelerator: Any
+    model: Any  # prepared by the accelerator
+    forward_model: Any  # the model, or its `torch.compile`d forward
+    optimizer: Any
+    scheduler: Any
+    tokenizer: Any
+    data: Any  # trainer's `_Data`: the loaders, the sampler, the validation text
+    state: TrainState
+    metrics: MetricsLog
+    output: Path = field(init=False)
+    config: Any = field(init=False)
 
-    def elapsed(self) -> float:
-        return self.seconds0 + time.monotonic() - self.t0
-
-    def loop(self, show_progress: bool) -> str:
-        """Train until a stopping condition; the name of that condition."""
-        state = self.state
-        stopped_by = self._stop_reason(time_up=False, epoch_done=False)
-        if stopped_by:
-            return stopped_by  # a resumed run that had already finished
-        self.t0, self.seconds0 = time.monotonic(), state.train_seconds
-        self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
-        self.last_checkpoint = self.last_valid = state.train_seconds
-        self.bar = tqdm(
-            total=self._total_steps(),
-            initial=state.step,
-            unit="step",
-            file=sys.stderr,
-            disable=not show_progress,
-            dynamic_ncols=True,
-        )
-        try:
-            with self.signals:
-                return self._loop()
-        finally:
-            self.bar.close()
-
-    def _loop(self) -> str:
-        state = self.state
-        window = Window()
-        self.model.train()
-        for group, epoch_done in self._global_batches():
-            # 4a. The main process's clock decides time-based events; the decision travels with the token counts.
-            sums, agreed = self._step(group)
-            state.step += 1
-            state.epoch, state.batch_in_epoch = (
-                (state.epoch + 1, 0) if epoch_done else (state.epoch, state.batch_in_epoch + len(group))
-            )
-            state.target_tokens += int(sums.target_tokens)
-            state.source_tokens += int(sums.source_tokens)
-            window.add(sums)
-            self.bar.update(1)
-            # 5a. Train metrics.
-            if state.step % self.recipe.log_every_steps == 0:
-                self._log_train(window)
-                window = Window()
-            # 5b. Stop? Validate? Save? (A signal: save at once, no validation.)
-            stopped_by = self._after_step(agreed, epoch_done)
-            if stopped_by:
-                break
-        return stopped_by
-
-    def _after_step(self, agreed: Agreement, epoch_done: bool) -> str:
-        """Validate, save and stop as the step's agreement and the recipe say; why the run stops ("" to go on)."""
-        recipe, state = self.recipe, self.state
-        stopped_by = self._stop_reason(time_up=agreed.time_up > 0, epoch_done=epoch_done)
-        save = bool(stopped_by) or agreed.checkpoint_due > 0 or _every(state.step, recipe.checkpoint_every_steps)
-        alone = self.accelerator.num_processes == 1
-        if agreed.signalled > 0 or (alone and self.signals.received is not None):
-            stopped_by, save = "signal", True
-        elif self.data.valid_loader is not None and (
-            stopped_by or agreed.validation_due > 0 or _every(state.step, recipe.valid_every_steps)
-        ):
-            save |= self._validate()
-            if recipe.early_stopping_patience and state.bad_validations >= recipe.early_stopping_patience:
-                stopped_by, save = stopped_by or "early_stopping", True
-        if save:
-            self._checkpoint()
-        if recipe.history_steps and state.step in recipe.history_steps:
-            self._save_history()
-        return stopped_by
-
-    def _remove_partial_checkpoint(self) -> None:
-        """A checkpoint being written when a second signal ends the run: its `checkpoint-<step>.tmp` goes
-        (the complete checkpoints are never touched)."""
-        if self.accelerator.is_main_process:
-            for path in self.output.glob("checkpoint-*.tmp"):
-                shutil.rmtree(path, ignore_errors=True)
-
-    def interrupted(self) -> Interrupted:
-        """The error that ends a run stopped by a signal (after its checkpoint)."""
-        number = self.signals.received or signal.SIGTERM  # another process received it
-        name = signal.Signals(number).name
-        return Interrupted(
-            f"{name} at step {self.state.step}: saved {self.output / f'checkpoint-{self.state.step}'}; "
-            "the same command resumes the run",
-            number,
-        )
-
-    # -- the global batches ----------------------------------------------------------------------
-
-    def _global_batches(self):
-        """Groups of `update_freq` batches of this process, from the saved position; (group, epoch_done)."""
-        sampler, state, update_freq = self.data.train_sampler, self.state, self.recipe.update_freq
-        while True:
-            sampler.set_epoch(state.epoch)
-            sampler.set_start(state.batch_in_epoch)
-            remaining, group = len(sampler), []
-            for batch in self.data.train_loader:
-                group.append(batch)
-                remaining -= 1
-                if len(group) == update_freq or remaining == 0:
-                    yield group, remaining == 0  # the caller moves `state` on before we continue
-                    group = []
-
-    def _step(self, group: list[dict]) -> tuple[StepSums, Agreement]:
-        """One optimizer update on the global batch: its sums, and what the processes agreed on before it."""
-        agreed = self._agree(group)
-        losses = self._forward_backward(group, agreed.target_tokens)
-        self.guard.record(losses, self.state.step + 1)  # a non-finite loss: this update and the later ones skipped
-        self._update(agreed.time_fraction)
-        return StepSums(losses, agreed.target_tokens, agreed.source_tokens), agreed
-
-    def _agree(self, group: list[dict]) -> Agreement:
-        """4b. Count the non-pad tokens of the global batch (all accumulation steps, all processes): on the
-        host, from the collated batches, so that one process never waits for its device here; they travel
-        with the clock's events in the one collective before the forward passes."""
-        accelerator, pad = self.accelerator, self.config.pad_token_id
-        local = Agreement(  # numpy: the collated batches are on the host
-            float(sum(target_mask(b["labels"], pad).numpy().sum() for b in group)),
-            float(sum(b["attention_mask"].numpy().sum() for b in group)),
-            *self._clock(),
-        )
-        if accelerator.num_processes == 1:
-            return local
-        return Agreement.from_tensor(
-            accelerator.reduce(local.to_tensor().to(accelerator.device), reduction="sum").cpu()
-        )
-
-    def _forward_backward(self, group: list[dict], ntokens: float) -> torch.Tensor:
-        """4c. Forward and backward each batch: sum of the token losses / global token count (DDP averages
-        gradients over the W processes, hence the factor W); the sums of the token losses and NLLs, on the
-        device (the host does not wait for them)."""
-        accelerator, recipe, config = self.accelerator, self.recipe, self.config
-        world, rank = accelerator.num_processes, accelerator.process_index
-        batches = [{k: v.to(accelerator.device, non_blocking=True) for k, v in b.items()} for b in group]
-        scale = world / max(ntokens, 1.0)
-        sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
-        for j, batch in enumerate(batches):
-            torch.manual_seed(micro_batch_seed(recipe.seed, self.state.step, j * world + rank))
-            sync = accelerator.no_sync(self.model) if j < len(batches) - 1 else nullcontext()
-            with sync:
-                out = batch_loss(
-                    self.forward_model,
-                    batch,
-                    config,
-                    recipe.label_smoothing,
-                    accelerator.autocast(),
-                    recipe.compile_loss,
-                )
-                scaled = out.loss * scale
-                if accelerator.scaler is not None:  # fp16: the scaler skips the update of a NaN gradient
-                    scaled = self.guard.poison(out.loss.detach(), scaled)
-                accelerator.backward(scaled)
-            sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
-        return sums
-
-    def _update(self, time_fraction: float) -> None:
-        """4d. Clip, update, schedule (§5.3), and the cooldown at the end of the run's budget."""
-        accelerator, recipe = self.accelerator, self.recipe
-        if recipe.clip_norm:
-            accelerator.clip_grad_norm_(self.model.parameters(), recipe.clip_norm)
-        factor = cooldown_factor(self._progress(time_fraction), recipe.lr_cooldown)
-        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
-            group["lr"] = lr * factor  # the scheduler's next step sets it from the schedule again
-        self.lr = self.scheduler.get_last_lr()[0] * factor
-        self.guard.update(self.optimizer.step)
-        if not accelerator.optimizer_step_was_skipped:
-            self.scheduler.step()
-            self.state.scheduler_steps += 1
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def _progress(self, time_fraction: float) -> float:
-        """How much of the run's budget is spent before this step: the largest of its fractions of
-        max_steps, max_epochs and max_time (0 without a limit)."""
-        recipe, state = self.recipe, self.state
-        fractions = [time_fraction]
-        if recipe.max_steps:
-            fractions.append(state.step / recipe.max_steps)
-        if recipe.max_epochs:
-            epochs = state.epoch + state.batch_in_epoch / max(self.data.train_sampler.num_batches, 1)
-            fractions.append(epochs / recipe.max_epochs)
-        return max(fractions)
-
-    def _kept(self) -> str:
-        """What a run stopped by a non-finite loss keeps, for its message."""
-        checkpoints = list_checkpoints(self.output)
-        return f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written yet"
-
-    def _clock(self) -> tuple[float, float, float, float, float]:
-        """`Agreement`'s events as this process sees them: checkpoint due, validation due, time up, and the
-        fraction of max_time spent by the main process's clock (0 elsewhere); a signal received by its own."""
-        signalled = float(self.signals.received is not None)
-        if not self.accelerator.is_main_process:
-            return 0.0, 0.0, 0.0, signalled, 0.0
-        recipe, now = self.recipe, self.elapsed()
-        checkpoint = (
-            recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
-        )
-        valid = recipe.valid_every_minutes and now - self.last_valid >= recipe.valid_every_minutes * 60
-        time_up = self.max_seconds is not None and now >= self.max_seconds
-        time_fraction = now / self.max_seconds if self.max_seconds else 0.0
-        return float(bool(checkpoint)), float(bool(valid)), float(time_up), signalled, time_fraction
-
-    def _stop_reason(self, time_up: bool, epoch_done: bool) -> str:
-        recipe, state = self.recipe, self.state
-        if recipe.max_steps is not None and state.step >= recipe.max_steps:
-            return "max_steps"
-        if recipe.max_epochs is not None and state.epoch >= recipe.max_epochs and state.batch_in_epoch == 0:
-            return "max_epochs"
-        if time_up or self.max_seconds is not None and state.train_seconds >= self.max_seconds and state.step:
-            return "max_time"
-        return ""
-
-    def _total_steps(self) -> int | None:
-        per_epoch = math.ceil(self.data.train_sampler.num_batches / self.recipe.update_freq)
-        limits = [self.recipe.max_steps] if self.recipe.max_steps else []
-        if self.recipe.max_epochs:
-            limits.append(self.recipe.max_epochs * per_epoch)
-        return min(limits) if limits else None
-
-    # -- logs, validation, checkpoints ------------------------------------------------------------
-
-    def _log_train(self, window: Window) -> None:
-        accelerator, seconds = self.accelerator, time.monotonic() - window.start
-        self.guard.raise_if_found()
-        local = window.losses
-        loss, nll = (accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local).tolist()
-        ntokens, src_tokens = window.target_tokens, window.source_tokens
-        lr = self.lr
-        record = {
-            "step": self.state.step,
-            "epoch": self.state.epoch,
-            "train/loss": loss / ntokens,
-            "train/nll": nll / ntokens,
-            "train/ppl": math.exp(min(nll / ntokens, 50)),
-            "lr": lr,
-            "tokens_per_s": (ntokens + src_tokens) / max(seconds, 1e-9),
-            "target_tokens_per_s": ntokens / max(seconds, 1e-9),
-            "elapsed_s": self.elapsed(),
-        }
-        self.metrics.write(record)
-        accelerator.log({k: v for k, v in record.items() if k != "step"}, step=self.state.step)
-        postfix = {"loss": f"{record['train/loss']:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}
-        if self.max_seconds is not None:  # the time limit's ETA (tqdm's is the step limit's)
-            postfix["time left"] = tqdm.format_interval(max(self.max_seconds - self.elapsed(), 0))
-        self.bar.set_postfix(postfix, refresh=False)
+    def __post_init__(self) -> None:
+        self.output = Path(self.recipe.output_dir)
+        self.config = self.accelerator.unwrap_model(self.model).config
 
     def evaluate(self, model) -> dict[str, float]:
+        """The run's validation of `model` (loss on the split, BLEU on its sample)."""
         data = self.data
         return evaluate_model(
             model,
@@ -379,49 +136,358 @@ class Run:
             self.accelerator,
         )
 
-    def _validate(self) -> bool:
-        """Validate; True when the result is the best so far."""
-        recipe, state = self.recipe, self.state
-        self.guard.raise_if_found()
-        metrics = self.evaluate(self.accelerator.unwrap_model(self.model))
-        self.last_valid = self.elapsed()
-        value = metrics["valid/bleu" if recipe.best_metric == "bleu" else "valid/loss"]
-        better = state.best_metric is None or (
-            value > state.best_metric if recipe.best_metric == "bleu" else value < state.best_metric
-        )
-        if better:
-            state.best_metric, state.best_step, state.bad_validations = value, state.step, 0
-        else:
-            state.bad_validations += 1
-        state.last_valid = metrics
-        self.metrics.write({"step": state.step, "epoch": state.epoch, **metrics, "elapsed_s": self.elapsed()})
-        self.accelerator.log(metrics, step=state.step)
-        shown = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in metrics.items())
-        if self.accelerator.is_main_process:
-            self.bar.write(f"step {state.step}: validation {shown}" + (" (best)" if better else ""), file=sys.stderr)
-        return better
 
-    def _checkpoint(self) -> None:
-        self.guard.raise_if_found()  # never a checkpoint after a non-finite loss
-        self.state.train_seconds = self.elapsed()
-        self.state.cpu_seconds = self.cpu_seconds0 + time.process_time() - self.cpu0
-        save_checkpoint(
-            self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output, optimizer=self.optimizer
-        )
-        if self.accelerator.is_main_process:
-            best = self.output / f"checkpoint-{self.state.best_step}" if self.state.best_step else None
-            rotate_checkpoints(self.output, self.recipe.keep_last, keep=best)
-        self.accelerator.wait_for_everyone()
-        self.last_checkpoint = self.elapsed()
+class Clock:
+    """The run's time, over resumes: training and CPU seconds, and when the last checkpoint and
+    validation were (training seconds). Started once, when the loop starts."""
 
-    def _save_history(self) -> None:
-        """The model alone at this step, into `history/` (the recipe's `history_steps`), kept for good."""
-        self.guard.raise_if_found()
-        save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output / HISTORY_DIR)
+    def __init__(self, state: TrainState, max_time: str | None):
+        self.max_seconds = parse_duration(max_time) if max_time is not None else None
+        self.t0, self.seconds0 = time.monotonic(), state.train_seconds
+        self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
+        self.last_checkpoint = self.last_valid = state.train_seconds
+
+    def elapsed(self) -> float:
+        return self.seconds0 + time.monotonic() - self.t0
+
+    def cpu_seconds(self) -> float:
+        return self.cpu_seconds0 + time.process_time() - self.cpu0
+
+    def events(self, recipe) -> tuple[float, float, float, float]:
+        """By this clock: checkpoint due, validation due, time up, and the fraction of max_time spent."""
+        now = self.elapsed()
+        checkpoint = (
+            recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
+        )
+        valid = recipe.valid_every_minutes and now - self.last_valid >= recipe.valid_every_minutes * 60
+        time_up = self.max_seconds is not None and now >= self.max_seconds
+        time_fraction = now / self.max_seconds if self.max_seconds else 0.0
+        return float(bool(checkpoint)), float(bool(valid)), float(time_up), time_fraction
+
+
+class LoopEnd(NamedTuple):
+    """Why the loop stopped (max_steps, max_epochs, max_time, early_stopping, signal), and the signal
+    this process received (None: none, or another process's)."""
+
+    stopped_by: str
+    signal: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# 4-5. The loop
+# ---------------------------------------------------------------------------------------------
+
+
+def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
+    """Train until a stopping condition: every step, the global batch's update (4), then its logs,
+    validation, checkpoints and the stop decision (5)."""
+    recipe, state = ctx.recipe, ctx.state
+    clock = Clock(state, recipe.max_time)
+    stopped_by = stop_reason(ctx, clock, time_up=False, epoch_done=False)
+    if stopped_by:
+        return LoopEnd(stopped_by)  # a resumed run that had already finished
+    guard = NonFiniteGuard(ctx.accelerator, ctx.optimizer, kept=lambda: last_good_checkpoint(ctx.output))
+    signals = StopSignals(step=lambda: state.step + 1, on_abort=lambda: remove_partial_checkpoint(ctx))
+    bar = tqdm(
+        total=total_steps(ctx),
+        initial=state.step,
+        unit="step",
+        file=sys.stderr,
+        disable=not show_progress,
+        dynamic_ncols=True,
+    )
+    window, lr = Window(), ctx.scheduler.get_last_lr()[0]
+    ctx.model.train()
+    try:
+        with signals:
+            for group, epoch_done in global_batches(ctx):
+                # 4a. What every process agrees on before the update: token counts, the main clock's events, signals.
+                agreed = agree(ctx, group, clock, signals.received is not None)
+                # 4b. The update (forward, backward, guard, clip, Adam, schedule): the host never waits for the device.
+                losses, lr = train_step(ctx, group, agreed, guard)
+                # 4c. The state moves on.
+                state.step += 1
+                state.epoch, state.batch_in_epoch = (
+                    (state.epoch + 1, 0) if epoch_done else (state.epoch, state.batch_in_epoch + len(group))
+                )
+                state.target_tokens += int(agreed.target_tokens)
+                state.source_tokens += int(agreed.source_tokens)
+                window.add(StepSums(losses, agreed.target_tokens, agreed.source_tokens))
+                bar.update(1)
+                # 5a. Train metrics (the host reads the device here).
+                if state.step % recipe.log_every_steps == 0:
+                    log_train(ctx, clock, guard, window, lr, bar)
+                    window = Window()
+                # 5b. Stop? Validate? Save? (A signal: save at once, no validation.)
+                signalled = agreed.signalled > 0 or (
+                    ctx.accelerator.num_processes == 1 and signals.received is not None
+                )
+                stopped_by = after_step(ctx, clock, guard, bar, agreed, epoch_done, signalled)
+                if stopped_by:
+                    break
+    finally:
+        bar.close()
+    return LoopEnd(stopped_by, signals.received)
+
+
+def after_step(ctx: RunContext, clock: Clock, guard, bar, agreed: Agreement, epoch_done: bool, signalled: bool) -> str:
+    """Validate, save and stop as the step's agreement and the recipe say; why the run stops ("" to go on)."""
+    recipe, state = ctx.recipe, ctx.state
+    stopped_by = stop_reason(ctx, clock, time_up=agreed.time_up > 0, epoch_done=epoch_done)
+    save = bool(stopped_by) or agreed.checkpoint_due > 0 or _every(state.step, recipe.checkpoint_every_steps)
+    if signalled:
+        stopped_by, save = "signal", True
+    elif ctx.data.valid_loader is not None and (
+        stopped_by or agreed.validation_due > 0 or _every(state.step, recipe.valid_every_steps)
+    ):
+        save |= validate(ctx, clock, guard, bar)
+        if recipe.early_stopping_patience and state.bad_validations >= recipe.early_stopping_patience:
+            stopped_by, save = stopped_by or "early_stopping", True
+    if save:
+        checkpoint(ctx, clock, guard)
+    if recipe.history_steps and state.step in recipe.history_steps:
+        guard.raise_if_found()
+        save_checkpoint(ctx.accelerator, ctx.model, ctx.tokenizer, state.to_dict(), ctx.output / HISTORY_DIR)
+    return stopped_by
+
+
+def stop_reason(ctx: RunContext, clock: Clock, time_up: bool, epoch_done: bool) -> str:
+    recipe, state = ctx.recipe, ctx.state
+    if recipe.max_steps is not None and state.step >= recipe.max_steps:
+        return "max_steps"
+    if recipe.max_epochs is not None and state.epoch >= recipe.max_epochs and state.batch_in_epoch == 0:
+        return "max_epochs"
+    if time_up or clock.max_seconds is not None and state.train_seconds >= clock.max_seconds and state.step:
+        return "max_time"
+    return ""
+
+
+def total_steps(ctx: RunContext) -> int | None:
+    recipe = ctx.recipe
+    per_epoch = math.ceil(ctx.data.train_sampler.num_batches / recipe.update_freq)
+    limits = [recipe.max_steps] if recipe.max_steps else []
+    if recipe.max_epochs:
+        limits.append(recipe.max_epochs * per_epoch)
+    return min(limits) if limits else None
+
+
+def interrupted(ctx: RunContext, number: int | None) -> Interrupted:
+    """The error that ends a run stopped by a signal (after its checkpoint)."""
+    number = number or signal.SIGTERM  # another process received it
+    step = ctx.state.step
+    return Interrupted(
+        f"{signal.Signals(number).name} at step {step}: saved {ctx.output / f'checkpoint-{step}'}; "
+        "the same command resumes the run",
+        number,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The step
+# ---------------------------------------------------------------------------------------------
+
+
+def global_batches(ctx: RunContext):
+    """Groups of `update_freq` batches of this process, from the saved position; (group, epoch_done)."""
+    sampler, state, update_freq = ctx.data.train_sampler, ctx.state, ctx.recipe.update_freq
+    while True:
+        sampler.set_epoch(state.epoch)
+        sampler.set_start(state.batch_in_epoch)
+        remaining, group = len(sampler), []
+        for batch in ctx.data.train_loader:
+            group.append(batch)
+            remaining -= 1
+            if len(group) == update_freq or remaining == 0:
+                yield group, remaining == 0  # the caller moves `state` on before we continue
+                group = []
+
+
+def agree(ctx: RunContext, group: list[dict], clock: Clock, signal_received: bool) -> Agreement:
+    """Count the non-pad tokens of the global batch (all accumulation steps, all processes): on the host,
+    from the collated batches, so that one process never waits for its device here; they travel with the
+    main process's clock events and the signals in the one collective before the forward passes."""
+    accelerator, pad = ctx.accelerator, ctx.config.pad_token_id
+    events = clock.events(ctx.recipe) if accelerator.is_main_process else (0.0, 0.0, 0.0, 0.0)
+    checkpoint_due, validation_due, time_up, time_fraction = events
+    local = Agreement(  # numpy: the collated batches are on the host
+        float(sum(target_mask(b["labels"], pad).numpy().sum() for b in group)),
+        float(sum(b["attention_mask"].numpy().sum() for b in group)),
+        checkpoint_due,
+        validation_due,
+        time_up,
+        float(signal_received),
+        time_fraction,
+    )
+    if accelerator.num_processes == 1:
+        return local
+    return Agreement.from_tensor(accelerator.reduce(local.to_tensor().to(accelerator.device), reduction="sum").cpu())
+
+
+def train_step(
+    ctx: RunContext, group: list[dict], agreed: Agreement, guard: NonFiniteGuard
+) -> tuple[torch.Tensor, float]:
+    """One optimizer update on the global batch: the sums of its token losses and NLLs (on the device),
+    and the update's learning rate."""
+    losses = forward_backward(ctx, group, agreed.target_tokens, guard)
+    guard.record(losses, ctx.state.step + 1)  # a non-finite loss: this update and the later ones skipped
+    lr = update(ctx, agreed.time_fraction, guard)
+    return losses, lr
+
+
+def forward_backward(ctx: RunContext, group: list[dict], ntokens: float, guard: NonFiniteGuard) -> torch.Tensor:
+    """Forward and backward each batch: sum of the token losses / global token count (DDP averages
+    gradients over the W processes, hence the factor W); the sums of the token losses and NLLs, on the
+    device (the host does not wait for them)."""
+    accelerator, recipe = ctx.accelerator, ctx.recipe
+    world, rank = accelerator.num_processes, accelerator.process_index
+    batches = [{k: v.to(accelerator.device, non_blocking=True) for k, v in b.items()} for b in group]
+    scale = world / max(ntokens, 1.0)
+    sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+    for j, batch in enumerate(batches):
+        torch.manual_seed(micro_batch_seed(recipe.seed, ctx.state.step, j * world + rank))
+        sync = accelerator.no_sync(ctx.model) if j < len(batches) - 1 else nullcontext()
+        with sync:
+            out = batch_loss(
+                ctx.forward_model,
+                batch,
+                ctx.config,
+                recipe.label_smoothing,
+                accelerator.autocast(),
+                recipe.compile_loss,
+            )
+            scaled = out.loss * scale
+            if accelerator.scaler is not None:  # fp16: the scaler skips the update of a NaN gradient
+                scaled = guard.poison(out.loss.detach(), scaled)
+            accelerator.backward(scaled)
+        sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
+    return sums
+
+
+def update(ctx: RunContext, time_fraction: float, guard: NonFiniteGuard) -> float:
+    """Clip, update, schedule (§5.3), and the cooldown at the end of the run's budget; the update's
+    learning rate (cooldown included)."""
+    accelerator, recipe, optimizer, scheduler = ctx.accelerator, ctx.recipe, ctx.optimizer, ctx.scheduler
+    if recipe.clip_norm:
+        accelerator.clip_grad_norm_(ctx.model.parameters(), recipe.clip_norm)
+    factor = cooldown_factor(progress(ctx, time_fraction), recipe.lr_cooldown)
+    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
+        group["lr"] = lr * factor  # the scheduler's next step sets it from the schedule again
+    lr = scheduler.get_last_lr()[0] * factor
+    guard.update(optimizer.step)
+    if not accelerator.optimizer_step_was_skipped:
+        scheduler.step()
+        ctx.state.scheduler_steps += 1
+    optimizer.zero_grad(set_to_none=True)
+    return lr
+
+
+def progress(ctx: RunContext, time_fraction: float) -> float:
+    """How much of the run's budget is spent before this step: the largest of its fractions of
+    max_steps, max_epochs and max_time (0 without a limit)."""
+    recipe, state = ctx.recipe, ctx.state
+    fractions = [time_fraction]
+    if recipe.max_steps:
+        fractions.append(state.step / recipe.max_steps)
+    if recipe.max_epochs:
+        epochs = state.epoch + state.batch_in_epoch / max(ctx.data.train_sampler.num_batches, 1)
+        fractions.append(epochs / recipe.max_epochs)
+    return max(fractions)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Logs, validation, checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+def log_train(ctx: RunContext, clock: Clock, guard: NonFiniteGuard, window: Window, lr: float, bar) -> None:
+    """The train log line of the window: metrics.jsonl, the trackers, the progress bar."""
+    accelerator, seconds = ctx.accelerator, time.monotonic() - window.start
+    guard.raise_if_found()
+    local = window.losses
+    loss, nll = (accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local).tolist()
+    ntokens, src_tokens = window.target_tokens, window.source_tokens
+    record = {
+        "step": ctx.state.step,
+        "epoch": ctx.state.epoch,
+        "train/loss": loss / ntokens,
+        "train/nll": nll / ntokens,
+        "train/ppl": math.exp(min(nll / ntokens, 50)),
+        "lr": lr,
+        "tokens_per_s": (ntokens + src_tokens) / max(seconds, 1e-9),
+        "target_tokens_per_s": ntokens / max(seconds, 1e-9),
+        "elapsed_s": clock.elapsed(),
+    }
+    ctx.metrics.write(record)
+    accelerator.log({k: v for k, v in record.items() if k != "step"}, step=ctx.state.step)
+    postfix = {"loss": f"{record['train/loss']:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}
+    if clock.max_seconds is not None:  # the time limit's ETA (tqdm's is the step limit's)
+        postfix["time left"] = tqdm.format_interval(max(clock.max_seconds - clock.elapsed(), 0))
+    bar.set_postfix(postfix, refresh=False)
+
+
+def validate(ctx: RunContext, clock: Clock, guard: NonFiniteGuard, bar) -> bool:
+    """Validate; True when the result is the best so far."""
+    recipe, state, accelerator = ctx.recipe, ctx.state, ctx.accelerator
+    guard.raise_if_found()
+    metrics = ctx.evaluate(accelerator.unwrap_model(ctx.model))
+    clock.last_valid = clock.elapsed()
+    value = metrics["valid/bleu" if recipe.best_metric == "bleu" else "valid/loss"]
+    better = state.best_metric is None or (
+        value > state.best_metric if recipe.best_metric == "bleu" else value < state.best_metric
+    )
+    if better:
+        state.best_metric, state.best_step, state.bad_validations = value, state.step, 0
+    else:
+        state.bad_validations += 1
+    state.last_valid = metrics
+    ctx.metrics.write({"step": state.step, "epoch": state.epoch, **metrics, "elapsed_s": clock.elapsed()})
+    accelerator.log(metrics, step=state.step)
+    shown = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in metrics.items())
+    if accelerator.is_main_process:
+        bar.write(f"step {state.step}: validation {shown}" + (" (best)" if better else ""), file=sys.stderr)
+    return better
+
+
+def checkpoint(ctx: RunContext, clock: Clock, guard: NonFiniteGuard) -> None:
+    """A checkpoint of this step (never after a non-finite loss), the old ones rotated out."""
+    guard.raise_if_found()
+    state, accelerator = ctx.state, ctx.accelerator
+    state.train_seconds, state.cpu_seconds = clock.elapsed(), clock.cpu_seconds()
+    save_checkpoint(accelerator, ctx.model, ctx.tokenizer, state.to_dict(), ctx.output, optimizer=ctx.optimizer)
+    if accelerator.is_main_process:
+        best = ctx.output / f"checkpoint-{state.best_step}" if state.best_step else None
+        rotate_checkpoints(ctx.output, ctx.recipe.keep_last, keep=best)
+    accelerator.wait_for_everyone()
+    clock.last_checkpoint = clock.elapsed()
+
+
+def last_good_checkpoint(output: Path) -> str:
+    """What a run stopped by a non-finite loss keeps, for its message."""
+    checkpoints = list_checkpoints(output)
+    return f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written yet"
+
+
+def remove_partial_checkpoint(ctx) -> None:
+    """A checkpoint being written when a second signal ends the run: its `checkpoint-<step>.tmp` goes
+    (the complete checkpoints are never touched)."""
+    if ctx.accelerator.is_main_process:
+        for path in ctx.output.glob("checkpoint-*.tmp"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _every(step: int, interval: int | None) -> bool:
     return bool(interval) and step % interval == 0
 
 
-__all__ = ["Agreement", "Run", "StepSums", "Window", "micro_batch_seed"]
+__all__ = [
+    "Agreement",
+    "Clock",
+    "LoopEnd",
+    "RunContext",
+    "StepSums",
+    "Window",
+    "interrupted",
+    "micro_batch_seed",
+    "train_loop",
+    "train_step",
+]

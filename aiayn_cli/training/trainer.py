@@ -50,7 +50,7 @@ from .checkpoint import list_checkpoints, load_checkpoint, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
 from .finish import average_last_checkpoints, choose_length_penalty
 from .heartbeat import Heartbeat
-from .loop import Run, micro_batch_seed
+from .loop import RunContext, interrupted, micro_batch_seed, train_loop
 from .recipe import TrainRecipe, parse_duration, save_recipe
 from .run_folder import (
     RECIPE_FILE,
@@ -253,11 +253,12 @@ def _train(
     accelerator.init_trackers("aiayn", config=_flat(recipe.to_dict()))
     forward_model = torch.compile(model, dynamic=True) if recipe.compile else model
 
-    run = Run(recipe, accelerator, model, forward_model, optimizer, scheduler, tokenizer, data, state, metrics)
-    stopped_by = run.loop(show_progress and main)
+    # 4-5. The loop (`loop.py`).
+    run = RunContext(recipe, accelerator, model, forward_model, optimizer, scheduler, tokenizer, data, state, metrics)
+    stopped_by, received = train_loop(run, show_progress and main)
     if stopped_by == "signal":  # its checkpoint is written: no average, no curve
         accelerator.end_training()
-        raise run.interrupted()
+        raise interrupted(run, received)
 
     # 6. The end: the last checkpoint, the average of the last ones (§6.1), the learning curve.
     averaged, averaged_valid = None, {}
