@@ -60,8 +60,9 @@ from .configuration_aiayn import AiaynConfig
 
 
 def dropout_function(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
-    """`F.dropout(x, p, training)`, with the mask from 15 random bits per element on a CPU."""
-    if not training or p in (0.0, 1.0) or x.device.type != "cpu":
+    """`F.dropout(x, p, training)`, with the mask from 15 random bits per element on a CPU (in eager mode: a
+    compiled graph draws its masks with the compiler's own random numbers, `F.dropout`'s)."""
+    if not training or p in (0.0, 1.0) or x.device.type != "cpu" or is_torchdynamo_compiling():
         return F.dropout(x, p=p, training=training)
     n = x.numel()
     bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_().view(torch.int16)[:n]  # 2 x 16 bits a draw
@@ -245,7 +246,7 @@ class MultiHeadAttention(nn.Module):
             return eager_attention_forward
         if implementation == "sdpa" and _written_out_is_faster(query):
             return eager_attention_forward
-        return ALL_ATTENTION_FUNCTIONS[implementation]
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
 
 def attention_interface_mask(
