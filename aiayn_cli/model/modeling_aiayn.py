@@ -113,7 +113,9 @@ def scaled_dot_product_attention(
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout), None
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (B, h, T_q, T_k)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        # the dtype's minimum, not -inf: a query that may see no key at all (a padded position) gets uniform
+        # weights rather than NaN, as in transformers' models; every other row is the same (exp underflows to 0)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1, dtype=torch.float32).to(value.dtype)
     return dropout_function(weights, dropout, training=dropout > 0) @ value, weights if need_weights else None
 
