@@ -94,7 +94,7 @@ def rows_for(dims: str, args) -> list[dict]:
         cache = EncoderDecoderCache(self_cache, StaticCache(config=config, max_cache_len=args.length))
         prefix = labels[:, : args.length - 1]
         model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=prefix, cache=cache)
-        filled = self_cache.get_seq_length()
+        filled = int(self_cache.get_seq_length())  # (a 0-d tensor that the cache keeps counting in place)
         new = labels[:, -1:]
 
         def decode_step():

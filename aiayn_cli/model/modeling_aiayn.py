@@ -230,8 +230,6 @@ class MultiHeadAttention(nn.Module):
             (query,) = self._split_heads(self.q_proj(hidden_states), 1, groups=key.size(0))
         dropout = self.dropout if self.training else 0.0
         attention = self._attention_function(query, need_weights)
-        if attention is not eager_attention_forward and mask is not None:
-            mask = attention_interface_mask(mask, query, key, self.config._attn_implementation)
         heads, weights = attention(self, query, key, value, mask, scaling=self.scaling, dropout=dropout)
         if head_mask is not None:  # m_i head_i
             heads = heads * head_mask.to(heads.dtype)[None, None, :, None]
@@ -249,19 +247,6 @@ class MultiHeadAttention(nn.Module):
         if implementation == "sdpa" and _written_out_is_faster(query):
             return eager_attention_forward
         return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-
-
-def attention_interface_mask(
-    mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor, implementation: str
-) -> torch.Tensor:
-    """The boolean mask (True = may attend) as `implementation` takes it: as is for SDPA; for flex attention
-    an additive one of shape `(B, 1, T_q, T_k)` (0 where allowed, the dtype's minimum where not)."""
-    if implementation != "flex_attention":
-        return mask
-    shape = (query.size(0), 1, query.size(2), key.size(2))
-    return torch.zeros(shape, dtype=query.dtype, device=query.device).masked_fill(
-        ~mask.expand(shape), torch.finfo(query.dtype).min
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -701,7 +686,6 @@ class AiaynPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
-    _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
