@@ -161,6 +161,23 @@ def test_bench_decode_compile_times_both_sides(tmp_path):
     assert re.search(r"^\| tiny \| 2 \| fp32 \| 1 \| [^|]+ \| [\d.]+ s \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", stdout, re.M)
 
 
+@pytest.mark.slow
+def test_bench_model_compile_times_both_sides_of_both_steps(tmp_path):
+    stdout = _run(
+        "bench_model_compile.py",
+        *("--dims", "tiny", "--vocab", "120", "--batch", "2", "--length", "4", "--threads", "1", "--repeats", "1"),
+        *("--results", str(tmp_path / "compile.json")),
+    )
+    assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
+    from benchmarks import results
+
+    rows = results.read(tmp_path / "compile.json")["figures"]["rows"]
+    assert [(row["dims"], row["step"]) for row in rows] == [("tiny", "train"), ("tiny", "decode step")]
+    for row in rows:
+        assert row["first_compiled_seconds"] > 0 and row["eager_ms"] > 0 and row["compiled_ms"] > 0
+        assert row["speedup"] == pytest.approx(row["eager_ms"] / row["compiled_ms"], rel=0.01)
+
+
 def test_bench_decode_gpu_cache_paths_times_both_paths_side_by_side(tmp_path, monkeypatch, capsys):
     """`bench_decode_gpu.py --cache-paths` (run here on the CPU): at every batch, aiayn with the beams'
     cache kept in slots and moved by one gather, each forced whatever the device's choice, alternating,

@@ -547,3 +547,86 @@ def test_a_head_mask_of_the_wrong_shape_names_the_argument():
     ids, mask = random_batch([5])
     with pytest.raises(ValueError, match="decoder_head_mask must have shape"):
         model(input_ids=ids, decoder_input_ids=ids, decoder_head_mask=torch.ones(3))
+
+
+# -- graphs: torch.compile(fullgraph=True), attention implementations, gradient checkpointing -----------
+
+
+def test_training_forward_and_a_decoding_step_compile_to_one_graph_each():
+    """`torch.compile(fullgraph=True)` raises at any graph break (dynamo's tracing, backend "eager": the graph
+    is run as traced, so fp32 numbers equal eager's to 1e-6). The training forward in train mode, with
+    padding (the mask's values decide nothing in a graph); one decoding step on a fixed-size cache, three
+    steps running, against the model without compiling on the growing cache."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
+
+    torch.manual_seed(0)
+    model = tiny_model(dropout=0.1)
+    ids, mask = random_batch([7, 4, 6])
+    labels = torch.randint(4, VOCAB, (3, 5))
+
+    def loss(ids, mask, labels):
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    model.train()
+    compiled = torch.compile(loss, fullgraph=True, backend="eager")(ids, mask, labels)
+    compiled.backward()
+    assert torch.isfinite(compiled) and model.model.shared.weight.grad.abs().sum() > 0
+    model.eval()
+    torch.testing.assert_close(
+        torch.compile(loss, fullgraph=True, backend="eager")(ids, mask, labels), loss(ids, mask, labels)
+    )
+
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+        config = model.config
+
+        def step(tokens, cache):
+            return model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tokens, cache=cache)
+
+        static = EncoderDecoderCache(StaticCache(config=config, max_cache_len=4), StaticCache(config, max_cache_len=7))
+        growing = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        compiled_step = torch.compile(step, fullgraph=True, backend="eager")
+        for tokens in labels[:, :3].split(1, dim=1):
+            torch.testing.assert_close(compiled_step(tokens, static).logits, step(tokens, growing).logits)
+
+
+def test_attention_implementations_give_the_same_numbers_and_eager_the_weights():
+    """`attn_implementation` is honoured: "eager" (equation (1) written out) and "sdpa" (the default) agree to
+    1e-5 in fp32, with padding and the causal mask; each takes its own path; eager returns the weights."""
+    torch.manual_seed(0)
+    model = tiny_model().eval()
+    assert model.config._attn_implementation == "sdpa"
+    ids, mask = random_batch([7, 4, 6])
+    batch = {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": ids[:, :5]}
+    attention = model.model.decoder.layers[0].cross_attn
+    query = torch.zeros(1, 4, 2, 16)
+    assert attention._attention_function(query, False) is modeling.ALL_ATTENTION_FUNCTIONS["sdpa"]
+    with torch.no_grad():
+        sdpa = model(**batch).logits
+        model.set_attn_implementation("eager")
+        eager = model(**batch, output_attentions=True)
+    assert attention._attention_function(query, False) is modeling.eager_attention_forward
+    torch.testing.assert_close(eager.logits, sdpa, atol=1e-5, rtol=1e-5)
+    weights = eager.cross_attentions[0]  # (B, h, T, S)
+    assert weights.shape == (3, 4, 5, 7) and torch.allclose(weights.sum(-1), torch.ones(3, 4, 5))
+    assert weights[1, :, :, 4:].abs().max() == 0  # the padded source positions of the second sentence
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    """`gradient_checkpointing_enable()`: the layers' activations recomputed in backward, dropout included (the
+    random state is replayed), so the gradients equal those without checkpointing (fp32, to 1e-6)."""
+    torch.manual_seed(0)
+    model = tiny_model(dropout=0.1).train()
+    ids, mask = random_batch([7, 4, 6])
+    labels = torch.randint(4, VOCAB, (3, 5))
+    grads = []
+    for enable in (False, True):
+        if enable:
+            model.gradient_checkpointing_enable()
+        model.zero_grad()
+        torch.manual_seed(1)
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert model.model.encoder.layers[0].gradient_checkpointing
+    for without, with_checkpointing in zip(*grads):
+        torch.testing.assert_close(with_checkpointing, without, atol=1e-6, rtol=1e-5)

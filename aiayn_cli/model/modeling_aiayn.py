@@ -60,8 +60,9 @@ from .configuration_aiayn import AiaynConfig
 
 
 def dropout_function(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
-    """`F.dropout(x, p, training)`, with the mask from 15 random bits per element on a CPU."""
-    if not training or p in (0.0, 1.0) or x.device.type != "cpu":
+    """`F.dropout(x, p, training)`, with the mask from 15 random bits per element on a CPU (in eager mode: a
+    compiled graph draws its masks with the compiler's own random numbers, `F.dropout`'s)."""
+    if not training or p in (0.0, 1.0) or x.device.type != "cpu" or is_torchdynamo_compiling():
         return F.dropout(x, p=p, training=training)
     n = x.numel()
     bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_().view(torch.int16)[:n]  # 2 x 16 bits a draw
@@ -112,7 +113,9 @@ def scaled_dot_product_attention(
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout), None
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (B, h, T_q, T_k)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        # the dtype's minimum, not -inf: a query that may see no key at all (a padded position) gets uniform
+        # weights rather than NaN, as in transformers' models; every other row is the same (exp underflows to 0)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1, dtype=torch.float32).to(value.dtype)
     return dropout_function(weights, dropout, training=dropout > 0) @ value, weights if need_weights else None
 
@@ -227,8 +230,6 @@ class MultiHeadAttention(nn.Module):
             (query,) = self._split_heads(self.q_proj(hidden_states), 1, groups=key.size(0))
         dropout = self.dropout if self.training else 0.0
         attention = self._attention_function(query, need_weights)
-        if attention is not eager_attention_forward and mask is not None:
-            mask = attention_interface_mask(mask, query, key, self.config._attn_implementation)
         heads, weights = attention(self, query, key, value, mask, scaling=self.scaling, dropout=dropout)
         if head_mask is not None:  # m_i head_i
             heads = heads * head_mask.to(heads.dtype)[None, None, :, None]
@@ -245,20 +246,7 @@ class MultiHeadAttention(nn.Module):
             return eager_attention_forward
         if implementation == "sdpa" and _written_out_is_faster(query):
             return eager_attention_forward
-        return ALL_ATTENTION_FUNCTIONS[implementation]
-
-
-def attention_interface_mask(
-    mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor, implementation: str
-) -> torch.Tensor:
-    """The boolean mask (True = may attend) as `implementation` takes it: as is for SDPA; for flex attention
-    an additive one of shape `(B, 1, T_q, T_k)` (0 where allowed, the dtype's minimum where not)."""
-    if implementation != "flex_attention":
-        return mask
-    shape = (query.size(0), 1, query.size(2), key.size(2))
-    return torch.zeros(shape, dtype=query.dtype, device=query.device).masked_fill(
-        ~mask.expand(shape), torch.finfo(query.dtype).min
-    )
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -698,7 +686,6 @@ class AiaynPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
-    _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]

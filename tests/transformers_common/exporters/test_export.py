@@ -31,14 +31,20 @@ class ExportTesterMixin:
         torch.manual_seed(0)
         return model_class(config).eval(), inputs, DynamoExporter(), DynamoConfig
 
-    @parameterized.expand([("static", False), ("dynamic", True)])
-    def test_torch_export_forward(self, _, dynamic):
+    def _check_forward_export(self, dynamic: bool):
         for model_class in self.all_model_classes:
             model, inputs, exporter, DynamoConfig = self._export_model(model_class)
             exported = exporter.export(model, inputs, DynamoConfig(dynamic=dynamic))
             with torch.no_grad():
                 expected = _first_tensor(model(**inputs))
             torch.testing.assert_close(_first_tensor(exported(**inputs)), expected, atol=1e-5, rtol=1e-5)
+
+    def test_torch_export_forward(self):
+        self._check_forward_export(dynamic=False)
+
+    @pytest.mark.slow
+    def test_torch_export_forward_dynamic_shapes(self):
+        self._check_forward_export(dynamic=True)
 
     @parameterized.expand(
         [
