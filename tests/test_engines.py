@@ -4,6 +4,8 @@ refuses in one line what it cannot do. Precision: fp32 (CTranslate2's float32) u
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
@@ -182,6 +184,29 @@ def test_translate_with_a_converted_model_imports_neither_torch_nor_transformers
             code, want, err = cli_here(monkeypatch, capsys, *args, *extra)
             assert out == want.splitlines()
     assert len(list((tmp_path / "cache" / "ctranslate2").iterdir())) == 1
+
+
+def test_the_converted_path_decodes_with_the_generation_config_that_transformers_reads(model_dir, tmp_path):
+    """A generation_config.json without num_beams, length_penalty and early_stopping (transformers
+    leaves out values equal to its defaults, or a hand-written file): the converted path decodes with
+    the values the loaded model's generation_config gives, kept at conversion."""
+    folder = tmp_path / "model"
+    shutil.copytree(model_dir, folder)
+    saved = json.loads((folder / "generation_config.json").read_text())
+    for name in ("num_beams", "length_penalty", "early_stopping"):
+        del saved[name]
+    (folder / "generation_config.json").write_text(json.dumps(saved))
+    cache = tmp_path / "cache"
+    assert Translator.from_converted(folder, device="cpu", dtype="fp32") is None  # not converted yet
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIAYN_CACHE", str(cache))
+        loaded = Translator.from_pretrained(str(folder), device="cpu", dtype="fp32", engine="ctranslate2")
+        light = Translator.from_converted(folder, device="cpu", dtype="fp32")
+    assert light is not None and light.engine.folder == loaded.engine.folder
+    assert light.decoding_options() == loaded.decoding_options()
+    assert light.decoding_options(do_sample=True) == loaded.decoding_options(do_sample=True)
+    inputs = sentences(10, seed=8)
+    assert light.translate_nbest(inputs) == loaded.translate_nbest(inputs)
 
 
 @pytest.mark.parametrize(

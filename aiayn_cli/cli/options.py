@@ -99,6 +99,14 @@ def quantization_option(panel: str | None = None) -> Any:
     )
 
 
+def overwrite_option(command: str) -> Any:
+    """`--overwrite` of a command that writes named files into an output folder (the output rule:
+    `files.staging_files`)."""
+    return typer.Option(
+        "--overwrite", help=f"Replace files in --output-dir that aiayn {command} did not write (or that were edited)."
+    )
+
+
 def device_option(panel: str | None = None) -> Any:
     """`--device auto|cpu|cuda|cuda:N|mps`, `auto` by default everywhere."""
     return typer.Option(

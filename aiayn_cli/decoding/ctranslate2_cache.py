@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+from dataclasses import fields
 from pathlib import Path
 
 from ..errors import AiaynError
@@ -73,13 +74,17 @@ def files_key(model_dir: str | Path) -> str | None:
     return digest.hexdigest()[:32]
 
 
-def cached_folder(model_dir: str | Path, cache: str | Path | None = None) -> Path | None:
-    """The converted folder of the saved model in `model_dir` where the cache holds a sound one, else None."""
+def cached_folder(model_dir: str | Path, cache: str | Path | None = None) -> tuple[Path, dict] | None:
+    """The converted folder of the saved model in `model_dir` and the model's decoding defaults
+    (`decoding_defaults`) where the cache holds a sound one, else None."""
     key = files_key(model_dir)
     if key is None:
         return None
     folder = cache_folder(key, cache)
-    return folder if manifest_problem(folder, key) is None else None
+    if manifest_problem(folder, key) is not None:
+        return None
+    generation = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("generation")
+    return (folder, generation) if isinstance(generation, dict) else None
 
 
 def cache_folder(key: str, cache: str | Path | None = None) -> Path:
@@ -125,7 +130,7 @@ def convert(model, tokenizer, folder: Path, key: str, keep_existing: bool) -> No
             tokenizer,
             folder,
             keep_existing=keep_existing,
-            finish=lambda staging: write_manifest(staging, key),
+            finish=lambda staging: write_manifest(staging, key, decoding_defaults(model.generation_config)),
         )
     except OSError as err:
         raise AiaynError(
@@ -140,10 +145,22 @@ def file_record(path: Path) -> dict:
     return {"size": path.stat().st_size, "sha256": sha256}
 
 
-def write_manifest(folder: Path, key: str) -> None:
-    """`folder`'s manifest: the model's key and each file's size and sha256."""
+def decoding_defaults(generation_config) -> dict:
+    """The generation_config's values of the decoding options and `max_length`, as transformers reads
+    them (its file leaves out the values equal to `GenerationConfig`'s defaults): what
+    `Translator.from_converted` decodes with, without transformers."""
+    from .defaults import DecodingOptions
+
+    names = [f.name for f in fields(DecodingOptions)] + ["max_length"]
+    values = {name: getattr(generation_config, name, None) for name in names}
+    return {k: v for k, v in values.items() if isinstance(v, (bool, int, float, str, type(None)))}
+
+
+def write_manifest(folder: Path, key: str, generation: dict) -> None:
+    """`folder`'s manifest: the model's key, its decoding defaults and each file's size and sha256."""
     files = {p.name: file_record(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
-    text = json.dumps({"model": key, "converter": CONVERTER_VERSION, "files": files}, indent=1)
+    manifest = {"model": key, "converter": CONVERTER_VERSION, "generation": generation, "files": files}
+    text = json.dumps(manifest, indent=1)
     (folder / MANIFEST).write_text(text + "\n", encoding="utf-8")
 
 

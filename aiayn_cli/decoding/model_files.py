@@ -1,6 +1,6 @@
 """A saved model read from its folder's files alone, for `Translator.from_converted`: the configuration
-and the generation_config from their JSON files, the tokenizer with `tokenizers` (the library under
-transformers' fast tokenizers). With the model converted for CTranslate2 already, this is all that
+from config.json, the generation_config's values as kept at conversion, the tokenizer with
+`tokenizers` (the library under transformers' fast tokenizers). With the model converted for CTranslate2 already, this is all that
 translating needs, without importing torch or transformers (about 4 s of a one-sentence run).
 
 Only what `Translator` reads is here: `ModelFiles.config` and `.generation_config` (their JSON as
@@ -31,14 +31,13 @@ def read_json(path: Path) -> dict:
 
 
 class ModelFiles:
-    """A model folder's `config` (config.json) and `generation_config` (generation_config.json, where
-    there is one) as attribute namespaces."""
+    """A model folder's `config` (config.json) and `generation_config` (the values transformers reads
+    from generation_config.json, kept at conversion: `ctranslate2_cache.decoding_defaults`) as
+    attribute namespaces."""
 
-    def __init__(self, folder: str | Path):
-        folder = Path(folder)
-        self.config = SimpleNamespace(**read_json(folder / "config.json"))
-        generation = folder / "generation_config.json"
-        self.generation_config = SimpleNamespace(**read_json(generation)) if generation.is_file() else None
+    def __init__(self, folder: str | Path, generation: dict):
+        self.config = SimpleNamespace(**read_json(Path(folder) / "config.json"))
+        self.generation_config = SimpleNamespace(**generation)
 
 
 class FilesTokenizer:

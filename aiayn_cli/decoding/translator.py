@@ -51,7 +51,9 @@ class Translator:
     outputs here; the decoding itself by `engine` (`engines.make_engine`): `torch`, aiayn's own decoder
     on the model on `device` in `dtype` (the projections prepared from the weights once: make a new
     `Translator` after changing the weights, as validation during training does), or `ctranslate2`,
-    the model converted once into `cache` and decoded by CTranslate2.
+    the model converted once into `cache` and decoded by CTranslate2. `engine` may also be an engine
+    object (`TorchEngine(model, device, dtype)`, `CTranslate2Engine(model_path, ...)`): then it decodes
+    as it was made, and `device`, `dtype` and `cache` are not read.
 
     `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
     `(N, h)` each; None by default) remove heads from every translation: `aiayn heads` sets it.
@@ -158,10 +160,11 @@ class Translator:
 
         if not Path(model_dir).is_dir():
             return None
-        folder = cached_folder(model_dir)
-        if folder is None:
+        found = cached_folder(model_dir)
+        if found is None:
             return None
-        model = ModelFiles(model_dir)
+        folder, generation = found
+        model = ModelFiles(model_dir, generation)
         translator = cls.__new__(cls)
         tokenizer = FilesTokenizer(model_dir, eos_token_id=model.config.eos_token_id)
         translator._hold(model, tokenizer, ctranslate2_engine(folder, model, device, dtype, threads))

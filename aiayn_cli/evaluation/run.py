@@ -79,8 +79,8 @@ def evaluate_translations(
     grid = list(length_penalty_grid) if length_penalty_grid is not None else None
     decoding = {key: value for key, value in (decoding or {}).items() if value is not None}
     outputs = {"json_path": json_path, "output": output}
-    files = [data.source_file, data.target_file, data.data_file, data.prefix, data.data_dir] if data is not None else []
-    # every file of the model folder and of the data folder is an input too (files.check_output_file)
+    files = [data.source_file, data.target_file, data.data_file, data.prefix] if data is not None else []
+    # every file of the model folder is an input too (files.input_files); the data folder's, below
     _check_outputs(outputs, [*([hypotheses] if hypotheses else []), *(references or []), *files, model])
     _check_request(hypotheses, references, data, model, output, grid, save_length_penalty, engine, decoding)
     if data is not None:

@@ -18,7 +18,6 @@ The defaults are the paper's recipe (§5.3, §5.4): Adam(0.9, 0.98, 1e-9), equat
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
 import math
 import os
 import re
@@ -37,6 +36,7 @@ from ..data.spec import DATA_SOURCES, DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
 from ..model.configuration_aiayn import LIBRARY_FIELDS, PRESETS, TOKEN_ID_FIELDS, AiaynConfig
+from .shipped import find_recipe, shipped_recipes  # found without torch (the command line, first)
 
 # Scalars are strict (`compile: 1` is not a boolean, `max_tokens: 4096.5` not an integer); an integer
 # is a number. Ranges are part of the types.
@@ -344,36 +344,6 @@ RESUMABLE_CHANGES = frozenset(
         "lost_process_after",
     }
 )
-
-# ---------------------------------------------------------------------------------------------
-# Finding recipes: a path, or the name of a recipe that ships with the package
-# ---------------------------------------------------------------------------------------------
-
-
-def shipped_recipes() -> dict[str, str]:
-    """Name -> one-line purpose (the recipe's first comment line) of every recipe in the package."""
-    folder = importlib.resources.files("aiayn_cli.recipes")
-    recipes = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
-            first = entry.read_text(encoding="utf-8").splitlines()[:1]
-            purpose = first[0].lstrip("#").strip() if first and first[0].startswith("#") else ""
-            recipes[entry.name.removesuffix(".yaml")] = purpose.rstrip(":,")
-    return recipes
-
-
-def find_recipe(name_or_path: str | os.PathLike) -> Path:
-    """The recipe file: `name_or_path` itself if it exists, else the shipped recipe of that name."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    name = path.name.removesuffix(".yaml")
-    if path.parent == Path("recipes") or str(path) == name or str(path) == f"{name}.yaml":
-        shipped = importlib.resources.files("aiayn_cli.recipes") / f"{name}.yaml"
-        if shipped.is_file():
-            return Path(str(shipped))
-    raise AiaynError(f"{name_or_path}: no such recipe file or shipped recipe (shipped: {', '.join(shipped_recipes())})")
-
 
 # ---------------------------------------------------------------------------------------------
 # Loading: YAML -> mapping with line numbers -> overrides -> checked dataclasses

@@ -17,10 +17,10 @@ import sacremoses
 
 from aiayn_cli.evaluation.metrics import (
     bleu_result,
+    metric_info,
     moses_tokenize,
     paper_bleu_tokenize,
     reference_streams,
-    text_features,
 )
 
 _DESCRIPTION = """\
@@ -64,13 +64,13 @@ class AiaynPaperBleu(evaluate.Metric):
     __doc__ = _DESCRIPTION + "\n" + _KWARGS_DESCRIPTION
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=text_features(),
-            codebase_urls=["https://github.com/moses-smt/mosesdecoder", "https://github.com/hplt-project/sacremoses"],
-            reference_urls=["https://arxiv.org/abs/1706.03762"],
+        return metric_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
+            "https://arxiv.org/abs/1706.03762",
+            ("https://github.com/moses-smt/mosesdecoder", "https://github.com/hplt-project/sacremoses"),
+            homepage="",
         )
 
     def _compute(self, predictions, references, lang, width=2, lowercase=False, compounds=True):
