@@ -150,3 +150,12 @@ def test_a_model_name_with_control_characters_is_one_line(monkeypatch, capsys, t
     args = [command, "-m", "w5\tw6\rw7", "-o", tmp_path / "out"] + (["w5"] if command == "translate" else [])
     code, _, err = cli_here(monkeypatch, capsys, *args)
     assert "w6\\rw7" in one_error_line(code, err)
+
+
+def test_a_run_folder_named_with_a_byte_that_is_not_utf8(monkeypatch, capsys, tmp_path, data):
+    """Found by the sweep: `train --output-dir` so named trained, then ended in a traceback writing the name."""
+    out = tmp_path / b"run\xff".decode("utf-8", "surrogateescape")
+    args = ["train", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--output-dir", out]
+    code, _, err = cli_here(monkeypatch, capsys, *args)
+    assert "--output-dir holds a byte that is not UTF-8" in one_error_line(code, err)
+    assert not out.exists()
