@@ -180,6 +180,7 @@ def staging_files(folder: str | os.PathLike, *, overwrite: bool = False, key: st
         kept = {name: digest for name, digest in _written(folder).items() if (folder / name).is_file()}
         atomic_write(folder / WRITTEN, json.dumps({**kept, **record}, indent=1, sort_keys=True) + "\n")
     except BaseException as err:
+        _name_the_target(err, tmp, folder)  # a full disk while the files were written: the folder, not the staging one
         converted = as_os_error(err, folder)
         if converted is not None:
             raise converted from err

@@ -141,3 +141,21 @@ def test_set_values_are_yaml_1_2(text, value):
     from aiayn_cli.cli.options import recipe_overrides
 
     assert recipe_overrides([f"lr_scale={text}"], {}, {}) == {"lr_scale": value}
+
+
+@pytest.mark.parametrize("command", ["export", "translate"])
+def test_a_model_name_with_control_characters_is_one_line(monkeypatch, capsys, tmp_path, command):
+    """Found by the sweep: a tab and a carriage return in `--model` were the Hub library's traceback
+    (online), or a line cut in two by the carriage return."""
+    args = [command, "-m", "w5\tw6\rw7", "-o", tmp_path / "out"] + (["w5"] if command == "translate" else [])
+    code, _, err = cli_here(monkeypatch, capsys, *args)
+    assert "w6\\rw7" in one_error_line(code, err)
+
+
+def test_a_run_folder_named_with_a_byte_that_is_not_utf8(monkeypatch, capsys, tmp_path, data):
+    """Found by the sweep: `train --output-dir` so named trained, then ended in a traceback writing the name."""
+    out = tmp_path / b"run\xff".decode("utf-8", "surrogateescape")
+    args = ["train", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--output-dir", out]
+    code, _, err = cli_here(monkeypatch, capsys, *args)
+    assert "--output-dir holds a byte that is not UTF-8" in one_error_line(code, err)
+    assert not out.exists()

@@ -112,3 +112,16 @@ def test_replace_dir_keeps_a_folder_named_like_its_backup(tmp_path):
     assert [p.name for p in final.iterdir()] == ["new"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.old"]
     assert (tmp_path / "model.old" / "notes.txt").read_text() == "mine"
+
+
+def test_a_full_disk_while_files_are_added_names_the_folder(tmp_path):
+    """The issue's row 9: `attention -o`/`paper -o` on a full disk said "No space left on device" and no path."""
+    import errno
+
+    from aiayn_cli.files import staging_files
+
+    folder = tmp_path / "figures"
+    with pytest.raises(OSError) as raised, staging_files(folder) as tmp:
+        (tmp / "explorer.html").write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device")  # as a write() reports it: no file name
+    assert raised.value.filename == str(folder.resolve()) and not folder.exists()

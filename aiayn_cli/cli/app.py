@@ -137,7 +137,8 @@ def main(restart: bool = False) -> None:
         message, code = error_line(err)
         if message is None or os.environ.get("AIAYN_DEBUG") == "1":
             raise
-        typer.echo(message, err=True)
+        # One line, whatever the input held: a carriage return or newline in a name is shown escaped.
+        typer.echo(message.replace("\r", "\\r").replace("\n", "\\n"), err=True)
         sys.exit(code)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

@@ -25,8 +25,13 @@ def check_hub_model(name: str, revision: str | None = None, key: str | None = "m
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
-    if constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
+    if constants.HF_HUB_OFFLINE:
         return
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
+            return
+    except ValueError as err:  # HFValidationError: not a name the Hub gives (a tab, a space, too long)
+        raise AiaynError(f"{name!r}: no such {what} folder, nor a Hub name ({first_line(err)})", key=key) from None
     try:
         HfApi().model_info(name, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
     except GatedRepoError:

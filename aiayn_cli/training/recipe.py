@@ -573,6 +573,10 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         raise AiaynError(f"{where.get('data', source)}: data: {named}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
         raise AiaynError(f"{source}: set at least one of max_steps, max_epochs, max_time")
+    for key, value in _leaves(dataclasses.asdict(recipe)).items():  # the run saves its recipe as UTF-8 YAML
+        if isinstance(value, str) and any("\udc80" <= ch <= "\udcff" for ch in value):
+            shown = ascii(value.encode("utf-8", "surrogateescape"))[2:-1]
+            fail(key, f"holds a byte that is not UTF-8 ({shown}); the recipe saved with the run is UTF-8 text")
     _check_model_fits(recipe, where, source)
 
 
