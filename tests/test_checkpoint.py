@@ -64,6 +64,19 @@ def test_average_rejects_mismatched_models(tmp_path):
         average_checkpoints([tmp_path])
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_average_refuses_a_checkpoint_holding_nan_and_writes_nothing(tmp_path, bad):
+    """The issue's row 8: a NaN checkpoint made a NaN model, exit 0 (refused only by translate later)."""
+    good, diverged = _saved(tmp_path, 1), tmp_path / "diverged"
+    model = _model(2)
+    with torch.no_grad():
+        model.model.encoder.layers[0].feed_forward.w_1.weight[0, 0] = bad
+    model.save_pretrained(diverged)
+    with pytest.raises(AiaynError, match=r"average: .*diverged: '.*w_1.weight' holds NaN or infinity"):
+        write_averaged_checkpoint([good, diverged], tmp_path / "averaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged", "m1"]
+
+
 def _fake_checkpoint(folder, step, complete=True):
     path = folder / f"checkpoint-{step}"
     path.mkdir(parents=True)
@@ -188,5 +201,15 @@ def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
     w20, w30 = load_weights(run / "checkpoint-20"), load_weights(run / "checkpoint-30")
     name = "model.shared.weight"
     assert torch.allclose(got[name], (w20[name] + w30[name]) / 2, atol=1e-7)
+    assert "not chosen on validation: --choose" in err  # a plain average says it did not choose
     code, _, err = cli_here(monkeypatch, capsys, "average", run, "--last", "2", "-o", tmp_path / "avg")
     assert code == 2 and "exists and holds a model folder; pass --overwrite" in err
+    # --choose needs the run's recipe (its validation split) and --last; --data-dir is --choose's
+    for args, message in (
+        ((run, "--last", "2", "--choose"), f"{run} holds no recipe.yaml"),
+        ((run / "checkpoint-20", run / "checkpoint-30", "--choose"), "--choose and --data-dir take a run folder"),
+        ((run, "--last", "2", "--data-dir", tmp_path), "--data-dir is for --choose"),
+    ):
+        code, _, err = cli_here(monkeypatch, capsys, "average", *args, "-o", tmp_path / "chosen")
+        assert code == 2 and message in err and err.count("\n") == 1, err
+        assert not (tmp_path / "chosen").exists()

@@ -14,7 +14,7 @@ from helpers import cli_here, save_tiny_model
 from aiayn_cli import AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator
 from aiayn_cli.errors import AiaynError
-from aiayn_cli.evaluation.length_penalty import choose_length_penalty, save_length_penalty
+from aiayn_cli.evaluation.length_penalty import MAX_ALPHA, choose_length_penalty, save_length_penalty, search_alphas
 from aiayn_cli.evaluation.scoring import score
 
 
@@ -62,6 +62,47 @@ def test_each_alpha_scores_its_own_search_and_the_best_is_chosen(translator):
     # ties go to the alpha listed first
     same = choose_length_penalty(translator, sources, references, [2.0, 2.0])
     assert same.alpha == 2.0 and list(same.bleu) == [2.0]
+
+
+def test_the_grid_goes_on_past_an_edge_until_the_best_alpha_is_inside():
+    """A score whose optimum (4.2) lies past the grid's top: alphas 2.5, 3.0, ... are tried until the best
+    has a worse neighbour above; one past the bottom (0.05): down to 0, the hard limit below."""
+    calls: list[float] = []
+
+    def peak_at(optimum: float):
+        def bleu_of(alpha: float) -> float:
+            calls.append(alpha)
+            return 50.0 - (alpha - optimum) ** 2
+
+        return bleu_of
+
+    bleu = search_alphas([0.6, 1.0, 1.5, 2.0], peak_at(4.2))
+    assert list(bleu) == [0.6, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5] == calls  # each scored once
+    assert max(bleu, key=bleu.get) == 4.0
+    calls.clear()
+    bleu = search_alphas([1.0, 0.6, 2.0], peak_at(0.05))  # spacing below: 0.4
+    assert list(bleu) == [1.0, 0.6, 2.0, 0.2, 0.0] and max(bleu, key=bleu.get) == 0.0
+    # rising for ever: stops at the limit above; inside already, or a flat top: nothing added
+    rising = search_alphas([1.0, 2.0, 3.0], lambda alpha: alpha)
+    assert max(rising) == MAX_ALPHA and sorted(rising) == [float(a) for a in range(1, 11)]
+    assert list(search_alphas([0.6, 1.0, 2.0], peak_at(1.1))) == [0.6, 1.0, 2.0]
+    # a flat score: 0.6, the first of equals, is at the bottom: one step below, and 0.6 stays (ties: the first)
+    assert list(search_alphas([0.6, 1.0], lambda alpha: 30.0)) == [0.6, 1.0, 0.2]
+    assert list(search_alphas([1.0, 2.0], lambda alpha: min(alpha, 3.0))) == [1.0, 2.0, 3.0, 4.0]
+    assert list(search_alphas([2.0], lambda alpha: alpha)) == [2.0]  # one alpha: a fixed alpha
+
+
+def test_a_choice_at_the_grids_edge_is_extended_on_the_model(translator):
+    """The references are the search's output at alpha 2.0 and the grid stops at 0.6: the grid goes on
+    (1.2, 1.8, ...) until the best is inside it, and the chosen alpha returns what 2.0 returns."""
+    sources = sentences(24, seed=0)
+    references = translator.translate(sources, length_penalty=2.0)
+    choice = choose_length_penalty(translator, sources, references, [0.0, 0.6])
+    assert choice.extended and choice.extended[0] == pytest.approx(1.2) and choice.alpha > 0.6
+    assert max(choice.bleu) > choice.alpha  # inside: a larger alpha was tried and was not better
+    assert choice.bleu[choice.alpha] == max(choice.bleu.values()) > choice.bleu[0.6]
+    assert choice.translations == translator.translate(sources, length_penalty=choice.alpha)
+    assert "the grid extended past its edge to 1.2" in choice.describe()
 
 
 def test_bad_grids_and_misaligned_references_are_refused(translator):

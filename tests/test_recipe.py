@@ -98,10 +98,6 @@ def test_missing_required_key(tmp_path):
             r"recipe.yaml:11: 'attention_kernels' must be 'flash', 'efficient', 'cudnn'",
         ),
         ("attention_kernels: []", r"'attention_kernels': list should have at least 1 item"),
-        (
-            "average_choose: true\naverage_last: 3\nvalid_split: null",
-            r"recipe.yaml:11: 'average_choose' needs a validation split to choose on",
-        ),
     ],
 )
 def test_wrong_types_and_values(tmp_path, line, message):

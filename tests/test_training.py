@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, cli_env, run_cli
@@ -64,13 +63,19 @@ def test_tiny_recipe_learns_and_writes_a_run_folder(task, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(last)
     ids = model.generate(**tokenizer(["w1 w2 w3"], return_tensors="pt"), num_beams=1, max_length=20)
     assert tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip() == "v1x v2x v3x"
-    averaged = json.loads((out / "averaged" / "averaged_from.json").read_text())["checkpoints"]
-    assert [Path(p).name for p in averaged] == ["checkpoint-100", "checkpoint-200"]
+    # the final model: checkpoint 100 is still in the warmup (the peak learning rate is at step 100), so
+    # no average is a candidate and the last checkpoint, also the best, is the final model
+    averaged = json.loads((out / "averaged" / "averaged_from.json").read_text())
+    assert averaged["checkpoints"] == ["checkpoint-200"] and averaged["selection"]["chosen"] == "last"
+    assert list(averaged["selection"]["scores"]) == ["last"]
     assert "averaged/valid/bleu" in records[-2]
     # the length penalty chosen on the validation split, saved with the averaged model (§6.1)
     chosen = records[-1]
-    assert chosen["length_penalty_model"] == "averaged" and set(chosen["length_penalty_bleu"]) == {"0", "1"}
-    assert chosen["length_penalty"] == max((0.0, 1.0), key=lambda a: chosen["length_penalty_bleu"][f"{a:g}"])
+    tried = {float(alpha): bleu for alpha, bleu in chosen["length_penalty_bleu"].items()}  # in the order tried
+    assert chosen["length_penalty_model"] == "averaged" and {0.0, 1.0} <= set(tried)
+    assert chosen["length_penalty"] == max(tried, key=tried.get)
+    assert sorted(chosen["length_penalty_extended"]) == sorted(set(tried) - {0.0, 1.0})
+    assert chosen["length_penalty"] == 0.0 or chosen["length_penalty"] < max(tried)  # inside, or at alpha 0
     assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == chosen["length_penalty"]
     assert f"{out / 'averaged'}: length penalty alpha" in result.stdout
     # the resolved recipe, the learning curve, TensorBoard
@@ -113,25 +118,49 @@ def test_lr_cooldown_by_steps_and_by_time(task, tmp_path):
 
 
 @pytest.mark.slow  # a training run in a subprocess
-def test_average_choose_keeps_the_newest_checkpoints_with_the_lowest_validation_loss(task, tmp_path):
-    """average_choose: the last k of average_last checkpoints, k by validation loss; the loss it chose
-    on is the one the written average has, and k = 1 is the last checkpoint itself."""
+def test_the_final_model_is_never_worse_on_validation_than_the_best_checkpoint(task, tmp_path):
+    """The end of a run whose early checkpoints are poor (steps 6 and 12, in the warmup): the final model,
+    chosen among the last checkpoint, the best one and the averages of the last k of the decayed tail,
+    is at least as good on validation as every checkpoint the run validated; no average holds a
+    checkpoint of the warmup; `averaged/` holds the chosen checkpoints' mean, with the choice."""
     out = tmp_path / "run"
-    flags = ["max_steps=30", "checkpoint_every_steps=10", "valid_every_steps=10", "valid_bleu_samples=0"]
-    flags += ["best_metric=loss", "keep_last=3", "average_last=3", "average_choose=true", "trackers=[]"]
+    flags = ["max_steps=36", "warmup_steps=12", "checkpoint_every_steps=6", "valid_every_steps=6", "log_every_steps=2"]
+    flags += ["keep_last=6", "average_last=6", "valid_bleu_samples=32", "trackers=[]"]
     result = run_cli(*train_args(task, out, *[a for f in flags for a in ("--set", f)]), env=task["env"])
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    (choice,) = [r for r in records if "average_choice" in r]
-    losses = {int(k): v for k, v in choice["average_valid_loss"].items()}
-    assert sorted(losses) == [1, 2, 3] and choice["average_choice"] == min(losses, key=losses.get)
-    last_valid = [r for r in records if "valid/loss" in r][-1]
-    assert last_valid["step"] == 30 and losses[1] == pytest.approx(last_valid["valid/loss"], abs=1e-5)
-    (averaged,) = [r for r in records if "averaged/valid/loss" in r]
-    k = choice["average_choice"]
-    assert averaged["averaged_from"] == [f"checkpoint-{step}" for step in (10, 20, 30)[3 - k :]]
-    assert averaged["averaged/valid/loss"] == pytest.approx(losses[k], abs=1e-5)
-    assert f"the last {k} of 3, chosen by validation loss" in result.stderr
+    validated = {r["step"]: r for r in records if "valid/bleu" in r}
+    assert sorted(validated) == [6, 12, 18, 24, 30, 36]
+    assert validated[6]["valid/bleu"] < max(r["valid/bleu"] for r in validated.values())  # early: poor
+    (selection,) = [r["selection"] for r in records if "selection" in r]
+    scores = selection["scores"]
+    # the candidates: the last, the best (where it is another), the averages of the tail 18-36 only
+    averages = [name for name in scores if name.startswith("average")]
+    assert averages == [f"average of the last {k}" for k in (2, 3, 4)]
+    assert scores["average of the last 4"]["checkpoints"] == [f"checkpoint-{s}" for s in (18, 24, 30, 36)]
+    assert selection["tail_rule"] == "checkpoints after step 12, the last at the peak learning rate"
+    # the measure that chose the best checkpoint (validation BLEU, then loss) chose the final model
+    chosen = scores[selection["chosen"]]
+    best_single = max(validated.values(), key=lambda r: (r["valid/bleu"], -r["valid/loss"]))
+    assert chosen["valid/bleu"] >= best_single["valid/bleu"] - 1e-9
+    assert scores["last"]["valid/bleu"] == pytest.approx(validated[36]["valid/bleu"], abs=1e-9)
+    assert scores["last"]["valid/loss"] == pytest.approx(validated[36]["valid/loss"], abs=1e-5)
+    assert chosen["valid/bleu"] == max(s["valid/bleu"] for s in scores.values())
+    averaged = json.loads((out / "averaged" / "averaged_from.json").read_text())
+    assert averaged["checkpoints"] == chosen["checkpoints"] == selection["checkpoints"]
+    assert averaged["selection"] == selection
+    (final,) = [r for r in records if "averaged/valid/loss" in r]
+    assert final["averaged/valid/bleu"] == chosen["valid/bleu"]
+    assert f"final model: {selection['chosen']} (checkpoint steps" in result.stderr
+    # `aiayn average --choose` makes the same choice from the run folder alone, into the same weights
+    again = run_cli("average", str(out), "--last", "6", "--choose", "-o", str(tmp_path / "chosen"), env=task["env"])
+    assert again.returncode == 0, again.stderr
+    chosen_again = json.loads((tmp_path / "chosen" / "averaged_from.json").read_text())["selection"]
+    assert chosen_again["chosen"] == selection["chosen"] and chosen_again["checkpoints"] == selection["checkpoints"]
+    for name, scores in selection["scores"].items():
+        assert chosen_again["scores"][name]["valid/bleu"] == pytest.approx(scores["valid/bleu"], abs=1e-9)
+    assert max_difference(weights(tmp_path / "chosen"), weights(out / "averaged")) == 0.0
+    assert "final model:" in again.stderr and f"wrote {selection['chosen']}" in again.stdout
 
 
 @pytest.mark.slow  # a training run in a subprocess
@@ -282,3 +311,17 @@ def test_the_recipes_attention_kernels_hold_while_the_run_trains_and_are_restore
     trainer.train(recipe, show_progress=False)
     assert seen == (before if kernels is None else {name: name in kernels for name in flags})
     assert {name: flag() for name, flag in flags.items()} == before
+
+
+def test_gradient_checkpointing_trains_the_same_weights(task, tmp_path):
+    # the recipe key recomputes each layer in the backward pass: same dropout masks, same weights (fp32,
+    # to float rounding: the recomputed forward sums in the same order)
+    runs = {}
+    for flag in ("false", "true"):
+        out = tmp_path / flag
+        quick = [x for key in ("valid_split=null", "best_metric=loss", "average_last=null") for x in ("--set", key)]
+        args = train_args(task, out, "--max-steps", "3", *quick, "--set", f"gradient_checkpointing={flag}")
+        result = run_cli(*args, env=task["env"])
+        assert result.returncode == 0, result.stderr
+        runs[flag] = weights(out / "checkpoint-3")
+    assert max_difference(runs["false"], runs["true"]) < 1e-5

@@ -24,71 +24,40 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
-
-import torch
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..data.lines import decode_lines
-from ..data.vocabulary import check_tokenizer, model_vocabulary
 from ..errors import AiaynError
-from ..model.loading import load_pretrained
-from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from ..precision import inference_dtype
-from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
-from .incremental import PreparedModel
-from .search import DecodingOptions, Hypothesis, decode
+from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG, DecodingOptions, Hypothesis
+from .engines import Engine, check_engine, make_engine
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ..model.modeling_aiayn import AiaynForConditionalGeneration
+    from .incremental import PreparedModel
+
+# torch, transformers and the model are imported where a model is loaded or checked, not here:
+# `from_converted` translates with a converted model without them.
 
 logger = logging.getLogger(__name__)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
-INT8 = "int8"  # CPUs: int8 weights for the linear maps, float32 for the rest and the activations
-DEVICES = ("auto", "cpu", "cuda", "mps")
 DECODING_OPTIONS = {f.name for f in fields(DecodingOptions)}
 
 
-def pick_device(device: str | None = None) -> torch.device:
-    """`device`, or the best one here: cuda, then mps, then cpu."""
-    if device not in (None, "auto"):
-        try:
-            chosen = torch.device(device)
-        except RuntimeError as err:
-            raise AiaynError(f"{device}: not a device ({err})", key="device") from None
-        if chosen.type == "cuda" and not torch.cuda.is_available():
-            raise AiaynError(f"{device}: CUDA is not available here", key="device")
-        if chosen.type == "mps" and not torch.backends.mps.is_available():
-            raise AiaynError(f"{device}: MPS is not available here", key="device")
-        return chosen
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def pick_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
-    """`dtype`; None: fp32; "auto": bf16 where `device` computes it natively, else fp32 (`aiayn_cli.precision`)."""
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return inference_dtype(device)
-    if dtype not in DTYPES:
-        raise AiaynError(f"{dtype}: choose one of auto, {', '.join(DTYPES)}", key="dtype")
-    return DTYPES[dtype]
-
-
 class Translator:
-    """A model and its tokenizer on one device, ready to translate.
-
-    The decoder's projections are prepared from the weights once, here: make a new `Translator`
-    after changing the weights (validation during training does). This is the `torch` engine, aiayn's
-    own decoder; `aiayn_cli.decoding.engines` has the others (`from_pretrained(..., engine=...)`).
+    """A model and its tokenizer, ready to translate: text <-> token ids, batching and the order of the
+    outputs here; the decoding itself by `engine` (`engines.make_engine`): `torch`, aiayn's own decoder
+    on the model on `device` in `dtype` (the projections prepared from the weights once: make a new
+    `Translator` after changing the weights, as validation during training does), or `ctranslate2`,
+    the model converted once into `cache` and decoded by CTranslate2. `engine` may also be an engine
+    object (`TorchEngine(model, device, dtype)`, `CTranslate2Engine(model_path, ...)`): then it decodes
+    as it was made, and `device`, `dtype` and `cache` are not read.
 
     `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
     `(N, h)` each; None by default) remove heads from every translation: `aiayn heads` sets it.
     """
-
-    engine = "torch"
 
     def __init__(
         self,
@@ -96,36 +65,45 @@ class Translator:
         tokenizer,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
+        engine: str | Engine = "torch",
+        cache: str | Path | None = None,
     ):
-        if not isinstance(model, AiaynForConditionalGeneration):
-            raise AiaynError(
-                f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
-            )
-        check_tokenizer(tokenizer, where="the tokenizer", **model_vocabulary(model.config))
-        self.model, self.tokenizer = model, tokenizer
+        if isinstance(engine, str):
+            check_engine(engine)
+            check_model(model, tokenizer)
+            engine = make_engine(engine, model, tokenizer, device=device, dtype=dtype, cache=cache)
+        self._hold(getattr(engine, "model", model), tokenizer, engine)  # the torch engine's: on its device
+
+    def _hold(self, model, tokenizer, engine: Engine) -> None:
+        self.model, self.tokenizer, self.engine = model, tokenizer, engine
         # Decoding options that replace the generation_config's for every call (a server's defaults).
         self.defaults: dict = {}
-        self.head_masks: dict[str, torch.Tensor] | None = None
         self._set_limits()
-        self._prepare(device, dtype)
 
-    def _prepare(self, device: str | torch.device | None, dtype: str | torch.dtype | None) -> None:
-        """The model on its device, in its dtype, with the fast path's projections prepared once."""
-        self.device = device if isinstance(device, torch.device) else pick_device(device)
-        if dtype == INT8 and self.device.type != "cpu":
+    @property
+    def device(self):
+        return self.engine.device
+
+    @property
+    def precision(self) -> str:
+        return self.engine.precision
+
+    @property
+    def prepared(self) -> PreparedModel:
+        """The torch engine's projections, prepared from the weights (`incremental.PreparedModel`)."""
+        return self.engine.prepared
+
+    @property
+    def head_masks(self) -> dict[str, torch.Tensor] | None:
+        return getattr(self.engine, "head_masks", None)
+
+    @head_masks.setter
+    def head_masks(self, masks: dict[str, torch.Tensor] | None) -> None:
+        if self.engine.name != "torch" and masks is not None:
             raise AiaynError(
-                f"int8: int8 decoding runs on CPUs only, not on {self.device.type} (use {{device}} cpu)",
-                key="quantization",
-                mentions=("device",),
+                "head masks change aiayn's own decoder: use them with {engine} torch", mentions=("engine",)
             )
-        self.model = self.model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
-        self.precision = INT8 if dtype == INT8 else str(self.model.dtype).removeprefix("torch.")
-        try:
-            self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
-        except RuntimeError as err:
-            if dtype != INT8:
-                raise
-            raise AiaynError(f"int8: {err}", key="quantization") from None
+        self.engine.head_masks = masks
 
     def _set_limits(self) -> None:
         """The longest source the model reads, the longest line tokenized whole, the special ids."""
@@ -154,12 +132,43 @@ class Translator:
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`),
-        to decode with `engine`: torch (this class) or ctranslate2 (`engines.CTranslate2Translator`)."""
-        from .engines import engine_class
+        to decode with `engine`: torch or ctranslate2 (`engines`; a local folder is converted under
+        `ctranslate2_cache.files_key`, which `from_converted` finds without loading the model)."""
+        from ..model.loading import load_pretrained
 
-        translator_class = engine_class(engine)  # a wrong name is refused before the model loads
+        check_engine(engine)  # a wrong name is refused before the model loads
         model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
-        return translator_class(model, tokenizer, device=device, dtype=dtype)
+        check_model(model, tokenizer)
+        key = None
+        if engine == "ctranslate2" and revision is None and Path(path_or_hub_id).is_dir():
+            from .ctranslate2_cache import files_key
+
+            key = files_key(path_or_hub_id)
+        return cls(model, tokenizer, engine=make_engine(engine, model, tokenizer, device=device, dtype=dtype, key=key))
+
+    @classmethod
+    def from_converted(
+        cls, model_dir: str | Path, device: str | None = None, dtype: str | None = None, threads: int | None = None
+    ) -> Translator | None:
+        """The ctranslate2 engine on the model folder `model_dir` where the cache holds its sound conversion
+        (`ctranslate2_cache.cached_folder`), read without torch or transformers (`model_files`: the
+        configuration, generation_config and tokenizer from their files); None where it does not
+        (`from_pretrained` then loads the model and converts it). `threads`: default one per CPU."""
+        from .ctranslate2_cache import cached_folder
+        from .engines import ctranslate2_engine
+        from .model_files import FilesTokenizer, ModelFiles
+
+        if not Path(model_dir).is_dir():
+            return None
+        found = cached_folder(model_dir)
+        if found is None:
+            return None
+        folder, generation = found
+        model = ModelFiles(model_dir, generation)
+        translator = cls.__new__(cls)
+        tokenizer = FilesTokenizer(model_dir, eos_token_id=model.config.eos_token_id)
+        translator._hold(model, tokenizer, ctranslate2_engine(folder, model, device, dtype, threads))
+        return translator
 
     # -----------------------------------------------------------------------------------------
     # Options and inputs
@@ -337,16 +346,8 @@ class Translator:
             if errors:
                 raise errors[0]
 
-    @torch.inference_mode()
     def _decode(self, sources: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
-        width = max(len(s) for s in sources)
-        input_ids = torch.full((len(sources), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
-        for row, tokens in enumerate(sources):
-            input_ids[row, : len(tokens)] = torch.tensor(tokens)
-            attention_mask[row, : len(tokens)] = 1
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        return decode(self.model, input_ids, attention_mask, options, self.prepared, self.head_masks)
+        return self.engine.decode(sources, options)
 
     def detokenize(self, tokens: list[int]) -> str:
         """The text of a hypothesis, on one line (line breaks that a vocabulary may hold become spaces)."""
@@ -355,6 +356,18 @@ class Translator:
 
 
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def check_model(model, tokenizer) -> None:
+    """An `AiaynError` unless `model` is an aiayn model whose vocabulary is `tokenizer`'s."""
+    from ..data.vocabulary import check_tokenizer, model_vocabulary
+    from ..model.modeling_aiayn import AiaynForConditionalGeneration
+
+    if not isinstance(model, AiaynForConditionalGeneration):
+        raise AiaynError(
+            f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
+        )
+    check_tokenizer(tokenizer, where="the tokenizer", **model_vocabulary(model.config))
 
 
 def make_batches(lengths: list[int], max_tokens: int, batch_size: int) -> list[list[int]]:
@@ -385,6 +398,4 @@ __all__ = [
     "Translator",
     "decode_lines",
     "make_batches",
-    "pick_device",
-    "pick_dtype",
 ]

@@ -8,17 +8,52 @@ ranked by their summed log-probability and a sentence stops when `beam` hypothes
 whatever alpha is; alpha only decides which finished hypothesis is returned. So one beam search
 with `nbest = beam` gives every candidate, and each alpha of a grid re-ranks them by
 log p / lp(|Y|): exactly what a search with that alpha returns, for the cost of one search.
+
+A grid is only a guess at where the best alpha lies: where the best of a grid is its largest (or
+smallest) alpha, the grid goes on past it with the spacing of its last (first) two alphas, and on
+again, until the best alpha has a worse or equal neighbour on each side (`search_alphas`). It stops at
+alpha 0 below (lp = 1: no penalty) and at `MAX_ALPHA` above: at alpha 10, GNMT's ((5 + |Y|) / 6)^alpha
+divides the log-probability of a 20-token hypothesis by 1.6 million, so the hypotheses are ranked by
+their length alone and a larger alpha changes nothing. Each extra alpha costs a re-ranking, not a search. A grid of one alpha is a fixed alpha: nothing is extended.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..decoding.search import length_penalty
 from ..errors import AiaynError
 from ..files import atomic_open
 from .scoring import score
+
+MAX_ALPHA = 10.0  # the grid is never extended past this alpha (see the module's docstring)
+
+
+def search_alphas(
+    alphas: list[float], bleu_of: Callable[[float], float], limit: float = MAX_ALPHA
+) -> dict[float, float]:
+    """The score `bleu_of(alpha)` of every alpha of the grid `alphas`, then of the alphas past its ends
+    while the best (the first of equal scores, in the order tried) is the largest or the smallest tried:
+    steps of the grid's outer spacing, never below 0 or above `limit`. alpha -> score, in the order tried."""
+    bleu: dict[float, float] = {}
+    for alpha in alphas:
+        if alpha not in bleu:
+            bleu[alpha] = bleu_of(alpha)
+    ordered = sorted(bleu)
+    if len(ordered) < 2:  # one alpha: a fixed alpha, no grid to extend
+        return bleu
+    up, down = ordered[-1] - ordered[-2], ordered[1] - ordered[0]
+    while True:
+        best, tried = max(bleu, key=lambda a: bleu[a]), sorted(bleu)
+        if best == tried[-1] and best < limit:
+            alpha = min(round(best + up, 6), limit)
+        elif best == tried[0] and best > 0:
+            alpha = max(round(best - down, 6), 0.0)
+        else:
+            return bleu
+        bleu[alpha] = bleu_of(alpha)
 
 
 @dataclass
@@ -32,12 +67,20 @@ class LengthPenaltyChoice:
     style: str
     sentences: int
     translations: list[str]
+    extended: list[float] = field(default_factory=list)  # the alphas tried past the grid's ends
 
     def describe(self) -> str:
         tried = ", ".join(f"{alpha:g}: {bleu:.2f}" for alpha, bleu in self.bleu.items())
+        at_limit = self.alpha in (0.0, MAX_ALPHA) and self.alpha in self.extended
+        extended = (
+            f"; the grid extended past its edge to {', '.join(f'{a:g}' for a in self.extended)}"
+            + (f", up to its limit {self.alpha:g}" if at_limit else "")
+            if self.extended
+            else ""
+        )
         return (
             f"length penalty alpha {self.alpha:g}, chosen on {self.sentences:,} validation sentences "
-            f"(beam {self.num_beams}, {self.style}; sacreBLEU by alpha: {tried})"
+            f"(beam {self.num_beams}, {self.style}; sacreBLEU by alpha: {tried}{extended})"
         )
 
 
@@ -51,7 +94,8 @@ def choose_length_penalty(
     source: str = "input",
 ) -> LengthPenaltyChoice:
     """Decode `sources` once with the model's beam size (`translator`: a `Translator`) and score the
-    best hypothesis under each alpha against `references`; ties go to the alpha listed first.
+    best hypothesis under each alpha against `references`, the grid extended past its edge while the
+    best is there (`search_alphas`); ties go to the alpha tried first.
     `source` names the sentences in warnings (a file or split)."""
     if not alphas:
         raise AiaynError("no alpha to try", key="length_penalty_grid")
@@ -60,18 +104,20 @@ def choose_length_penalty(
     options = translator.decoding_options()
     beam, style = options.num_beams, options.length_penalty_style
     candidates = translator.hypotheses(sources, max_tokens=max_tokens, nbest=beam, progress=progress, source=source)
-    bleu: dict[float, float] = {}
     translations: dict[float, list[str]] = {}
-    for alpha in alphas:
+
+    def bleu_of(alpha: float) -> float:
         best = [
             max(hyps, key=lambda h: h.log_prob / length_penalty(len(h.tokens) + 1, alpha, style)) if hyps else None
             for hyps in candidates
         ]
         translations[alpha] = [translator.detokenize(h.tokens) if h is not None else "" for h in best]
-        sacrebleu = score(translations[alpha], references, metrics=("sacrebleu",))["scores"]["sacrebleu"]
-        bleu[alpha] = float(sacrebleu["score"])
+        return float(score(translations[alpha], references, metrics=("sacrebleu",))["scores"]["sacrebleu"]["score"])
+
+    bleu = search_alphas(alphas, bleu_of)
     chosen = max(bleu, key=lambda a: bleu[a])  # the first of equal scores
-    return LengthPenaltyChoice(chosen, bleu, beam, style, len(sources), translations[chosen])
+    extended = [a for a in bleu if a not in alphas]
+    return LengthPenaltyChoice(chosen, bleu, beam, style, len(sources), translations[chosen], extended)
 
 
 def save_length_penalty(model_dir: str | Path, alpha: float) -> None:
@@ -85,4 +131,4 @@ def save_length_penalty(model_dir: str | Path, alpha: float) -> None:
         f.write(config.to_json_string(use_diff=True))
 
 
-__all__ = ["LengthPenaltyChoice", "choose_length_penalty", "save_length_penalty"]
+__all__ = ["MAX_ALPHA", "LengthPenaltyChoice", "choose_length_penalty", "save_length_penalty", "search_alphas"]

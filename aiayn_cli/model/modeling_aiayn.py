@@ -24,6 +24,7 @@ with `trust_remote_code=True` where `aiayn_cli` is not installed.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -32,12 +33,15 @@ from torch import nn
 from transformers import GenerationConfig, GenerationMixin, Pipeline, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import is_torchdynamo_compiling
 
 from .configuration_aiayn import AiaynConfig
 
@@ -122,6 +126,24 @@ def _written_out_is_faster(query: torch.Tensor) -> bool:
     )
 
 
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Equation (1) written out, in the signature of transformers' attention interface (`attn_implementation="eager"`).
+
+    Returns the heads `(B, T_q, h, d_v)` and the attention weights `(B, h, T_q, T_k)` that the plots draw.
+    """
+    heads, weights = scaled_dot_product_attention(query, key, value, attention_mask, dropout, need_weights=True)
+    return heads.transpose(1, 2), weights
+
+
 # ---------------------------------------------------------------------------------------------
 # 3.2.2 Multi-Head Attention
 #
@@ -141,8 +163,11 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, config: AiaynConfig, self_attention: bool, layer_idx: int | None = None):
         super().__init__()
+        self.config = config  # `config._attn_implementation` picks equation (1)'s kernel
         self.num_heads = config.num_heads
         self.d_k = config.d_k
+        self.scaling = config.d_k**-0.5
+        self.is_causal = False  # the masks say which keys a query sees, the decoder's causal one included
         self.self_attention = self_attention
         self.layer_idx = layer_idx
         self.dropout = config.attention_dropout
@@ -201,12 +226,39 @@ class MultiHeadAttention(nn.Module):
             # G = key.size(0) sentences for B = G * k rows: each sentence's k rows query its keys together
             (query,) = self._split_heads(self.q_proj(hidden_states), 1, groups=key.size(0))
         dropout = self.dropout if self.training else 0.0
-        heads, weights = scaled_dot_product_attention(query, key, value, mask, dropout, need_weights)
+        attention = self._attention_function(query, need_weights)
+        if attention is not eager_attention_forward and mask is not None:
+            mask = attention_interface_mask(mask, query, key, self.config._attn_implementation)
+        heads, weights = attention(self, query, key, value, mask, scaling=self.scaling, dropout=dropout)
         if head_mask is not None:  # m_i head_i
-            heads = heads * head_mask.to(heads.dtype)[None, :, None, None]
-        # (B, h, T, d_k) or (G, h, k * T, d_k) -> (B, T, h * d_k): Concat(head_1, ..., head_h)
-        concat = heads.transpose(1, 2).reshape(batch, length, d_model)
-        return self.out_proj(concat), weights
+            heads = heads * head_mask.to(heads.dtype)[None, None, :, None]
+        # (B, T, h, d_k) or (G, k * T, h, d_k) -> (B, T, h * d_k): Concat(head_1, ..., head_h)
+        concat = heads.reshape(batch, length, d_model)
+        return self.out_proj(concat), weights if need_weights else None
+
+    def _attention_function(self, query: torch.Tensor, need_weights: bool) -> Callable:
+        """The model's `attn_implementation` ("sdpa" by default) from transformers' attention interface; the
+        written-out equation (1) where the weights are asked for, and for "sdpa" where it is the faster
+        (`_written_out_is_faster`): the same equation, so the same numbers to float rounding."""
+        implementation = self.config._attn_implementation
+        if need_weights or implementation in (None, "eager"):
+            return eager_attention_forward
+        if implementation == "sdpa" and _written_out_is_faster(query):
+            return eager_attention_forward
+        return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+def attention_interface_mask(
+    mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor, implementation: str
+) -> torch.Tensor:
+    """The boolean mask (True = may attend) as `implementation` takes it: as is for SDPA; for flex attention
+    an additive one of shape `(B, 1, T_q, T_k)` (0 where allowed, the dtype's minimum where not)."""
+    if implementation != "flex_attention":
+        return mask
+    shape = (query.size(0), 1, query.size(2), key.size(2))
+    return torch.zeros(shape, dtype=query.dtype, device=query.device).masked_fill(
+        ~mask.expand(shape), torch.finfo(query.dtype).min
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,9 +295,13 @@ class PositionwiseFeedForward(nn.Module):
 class Embeddings(nn.Embedding):
     """Token embeddings, multiplied by sqrt(d_model) (§3.4; `scale_embedding`)."""
 
-    def __init__(self, config: AiaynConfig):
-        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+    def __init__(self, config: AiaynConfig, tied: bool = False):
+        # tied: its weight becomes `shared`'s (`_tied_weights_keys`), so it is neither allocated nor
+        # initialised here (nor draws random numbers: the same seed gives the same model as one matrix)
+        weight = torch.empty(config.vocab_size, config.d_model, device="meta") if tied else None
+        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id, _weight=weight)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.tied = tied
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return super().forward(input_ids) * self.scale
@@ -294,8 +350,16 @@ class PositionalEncoding(nn.Module):
         self.dropout = Dropout(config.dropout)
         self.table: torch.Tensor | None = None  # `encoding(n)`, kept by a decoder that calls once per position
 
-    def encoding(self, length: int, offset: int = 0, device: torch.device | None = None) -> torch.Tensor:
-        """The encodings `(T, d_model)` of positions offset .. offset + T - 1."""
+    def encoding(self, length: int, offset: int | torch.Tensor = 0, device: torch.device | None = None) -> torch.Tensor:
+        """The encodings `(T, d_model)` of positions offset .. offset + T - 1 (`offset` a 0-d tensor after a
+        fixed-size cache, whose length is counted on the device: computed from it, with no branch on it)."""
+        if torch.is_tensor(offset):
+            positions = torch.arange(length, device=device) + offset
+            return (
+                self.learned(positions)
+                if self.learned is not None
+                else sinusoidal_positional_encoding(positions, self.d_model)
+            )
         if offset + length > self.max_positions and self.learned is not None:
             raise ValueError(
                 f"sequence of {offset + length} positions is longer than max_position_embeddings={self.max_positions}"
@@ -307,7 +371,7 @@ class PositionalEncoding(nn.Module):
             return self.learned(positions)
         return sinusoidal_positional_encoding(positions, self.d_model)
 
-    def forward(self, embeddings: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, embeddings: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """`embeddings` `(B, T, d_model)` hold positions offset .. offset + T - 1."""
         encoding = self.encoding(embeddings.size(1), offset, embeddings.device)
         return self.dropout(embeddings + encoding.to(embeddings.dtype))
@@ -338,7 +402,7 @@ class SublayerConnection(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-class EncoderLayer(nn.Module):
+class EncoderLayer(GradientCheckpointingLayer):
     """Multi-head self-attention, then a position-wise feed-forward network (§3.1)."""
 
     def __init__(self, config: AiaynConfig):
@@ -366,7 +430,7 @@ class EncoderLayer(nn.Module):
         return self.feed_forward_sublayer(x, self.feed_forward), weights
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(GradientCheckpointingLayer):
     """Masked self-attention, encoder-decoder attention, then a feed-forward network (§3.1)."""
 
     def __init__(self, config: AiaynConfig, layer_idx: int):
@@ -418,27 +482,50 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     mask is already one (a decoder fed one position at a time makes it once)."""
     if attention_mask is None or attention_mask.dim() == 4:
         return attention_mask
-    if bool(attention_mask.all()):
+    # None lets the kernels skip the mask; a graph (`torch.compile`, `torch.export`) keeps the mask instead
+    # of branching on its values
+    if not is_torchdynamo_compiling() and bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 
 
 def causal_mask(
-    length: int, past_length: int, attention_mask: torch.Tensor | None, device: torch.device
+    length: int,
+    past_length: int | torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    device: torch.device,
+    cache_length: int | None = None,
 ) -> torch.Tensor | None:
     """Decoder self-attention mask `(B or 1, 1, T, past + T)`: position i sees positions <= i (§3.2.3).
 
     Built explicitly and aligned bottom-right, so that it is right with a KV cache (the T new
     queries are positions past .. past + T - 1). None where nothing needs masking: one new
-    position and no padding.
+    position and no padding. A `(B, 1, T, keys)` mask is already one (`generate()` makes it for a
+    fixed-size cache). With a fixed-size cache of `cache_length` slots (`past_length` then a 0-d
+    tensor), the mask spans every slot, the ones not yet written masked as future positions.
     """
-    keys = past_length + length
+    if attention_mask is not None and attention_mask.dim() == 4:
+        return attention_mask.bool()
+    keys = cache_length if cache_length is not None else past_length + length
+    if attention_mask is not None and attention_mask.size(-1) < keys:
+        attention_mask = F.pad(attention_mask, (0, keys - attention_mask.size(-1)))  # unwritten slots: future
     pad = padding_mask(attention_mask[:, -keys:] if attention_mask is not None else None)
-    if length == 1 and pad is None:
+    if length == 1 and pad is None and cache_length is None:
         return None
-    query_positions = torch.arange(past_length, keys, device=device)[:, None]
+    query_positions = (torch.arange(length, device=device) + past_length)[:, None]
     mask = (torch.arange(keys, device=device)[None, :] <= query_positions)[None, None]  # (1, 1, T, keys)
     return mask if pad is None else mask & pad
+
+
+def fixed_cache_length(cache: Cache | None) -> int | None:
+    """The number of key slots of a fixed-size self-attention cache (`StaticCache`); None for a growing one."""
+    self_attention_cache = getattr(cache, "self_attention_cache", None)
+    if not isinstance(self_attention_cache, Cache) or not self_attention_cache.is_compileable:
+        return None
+    # `get_max_length` since transformers 5.24, `get_max_cache_shape` before
+    get_length = getattr(self_attention_cache, "get_max_length", None) or self_attention_cache.get_max_cache_shape
+    length = get_length()
+    return length if length is not None and length > 0 else None
 
 
 def layer_head_masks(head_mask: torch.Tensor | None, layers: int, heads: int, name: str) -> list:
@@ -538,7 +625,7 @@ class Decoder(nn.Module):
             inputs_embeds = self.embed_tokens(input_ids)
         past_length = cache.get_seq_length() if cache is not None else 0
         x = self.embed_positions(inputs_embeds, offset=past_length)  # (B, T, d_model)
-        self_mask = causal_mask(x.size(1), past_length, attention_mask, x.device)
+        self_mask = causal_mask(x.size(1), past_length, attention_mask, x.device, fixed_cache_length(cache))
         memory_mask = padding_mask(encoder_attention_mask)
         hidden_states, self_attentions, cross_attentions = (x,), (), ()
         n, h = len(self.layers), self.layers[0].self_attn.num_heads
@@ -552,7 +639,7 @@ class Decoder(nn.Module):
                 encoder_hidden_states,
                 self_mask,
                 memory_mask,
-                cache,
+                cache=cache,
                 need_weights=output_attentions,
                 head_mask=self_head_mask,
                 cross_attn_head_mask=cross_head_mask,
@@ -584,8 +671,15 @@ CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "p
 
 
 def _cache_argument(cache: Cache | None, kwargs: dict) -> Cache | None:
-    """The cache passed as `cache`, or as `past_key_values` (transformers before 5.24)."""
+    """The cache passed as `cache`, or as `past_key_values` (the name before transformers 5.24, which
+    warns there as transformers' own models do)."""
     older = kwargs.pop("past_key_values", None)
+    if older is not None and CACHE_FIELD == "cache":
+        warnings.warn(
+            "`past_key_values` is deprecated and will be removed in version 5.40.0: pass the cache as `cache`",
+            FutureWarning,
+            stacklevel=3,
+        )
     return cache if cache is not None else older
 
 
@@ -602,8 +696,11 @@ class AiaynPreTrainedModel(PreTrainedModel):
     config: AiaynConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
 
     @torch.no_grad()
@@ -613,7 +710,7 @@ class AiaynPreTrainedModel(PreTrainedModel):
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
+        elif isinstance(module, nn.Embedding) and not getattr(module, "tied", False):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
@@ -632,12 +729,12 @@ class AiaynModel(AiaynPreTrainedModel):
 
     def __init__(self, config: AiaynConfig):
         super().__init__(config)
-        # §3.4: one embedding matrix for the joint source/target vocabulary. With
-        # tie_word_embeddings=False the encoder and decoder get their own matrices.
+        # §3.4: one embedding matrix for the joint source/target vocabulary: `post_init` ties the
+        # encoder's and the decoder's to `shared` (`_tied_weights_keys`, as BART does); with
+        # tie_word_embeddings=False the three stay separate matrices.
         self.shared = Embeddings(config)
-        tied = config.tie_word_embeddings
-        self.encoder = Encoder(config, self.shared if tied else Embeddings(config))
-        self.decoder = Decoder(config, self.shared if tied else Embeddings(config))
+        self.encoder = Encoder(config, Embeddings(config, tied=config.tie_word_embeddings))
+        self.decoder = Decoder(config, Embeddings(config, tied=config.tie_word_embeddings))
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -28,12 +28,25 @@ class QuickstartResult:
     signature: str
     examples: list[tuple[str, str, str]] = field(default_factory=list)  # source, hypothesis, reference
     seconds: dict[str, float] = field(default_factory=dict)
+    steps: int = 0  # training steps done
+    max_steps: int | None = None  # the budget
+    stopped_by: str = ""  # max_steps, or max_time where the time cap came first
+
+    def budget(self) -> str:
+        """One line: the steps trained, and whether the time cap stopped them before the budget."""
+        if self.stopped_by == "max_time":
+            return (
+                f"training: the time cap (--minutes) was reached at step {self.steps:,} of {self.max_steps:,}: "
+                "a shorter run than the quickstart's, which may score lower; --minutes allows more time"
+            )
+        return f"training: {self.steps:,} steps, the budget (--steps)"
 
 
 def run_quickstart(
     output_dir: str | Path,
     *,
-    minutes: float = 2.5,
+    steps: int | None = None,
+    minutes: float | None = None,
     train_pairs: int = 20000,
     test_pairs: int = 500,
     seed: int = 0,
@@ -43,8 +56,9 @@ def run_quickstart(
 ) -> QuickstartResult:
     """Generate the corpus, train the tokenizer and the model, average, translate the test set, score it.
 
-    `recipe_overrides`: recipe keys set on top of the quickstart's (as `aiayn train --set` does), e.g.
-    a budget in steps instead of minutes: `{"max_time": None, "max_steps": 400}`."""
+    `steps`: the training budget (None: the recipe's `max_steps`); `minutes`: the time cap, which stops
+    training before `steps` on a machine too slow for them (None: the recipe's `max_time`);
+    `recipe_overrides`: recipe keys set on top of the quickstart's (as `aiayn train --set` does)."""
     from ..data.corpus import load_split
     from ..data.spec import DataSpec
     from ..data.tokenization import train_tokenizer
@@ -57,8 +71,10 @@ def run_quickstart(
     output = check_output_folder(  # its own folder only: data/, tokenizer/, run/, test.hyp.de
         output_dir, own=lambda path: path.name in OWN, what="a quickstart", overwrite=overwrite, key="output_dir"
     )
-    if not math.isfinite(minutes) or minutes <= 0:
+    if minutes is not None and (not math.isfinite(minutes) or minutes <= 0):
         raise AiaynError(f"must be a positive number of minutes, got {minutes}", key="minutes")
+    if steps is not None and steps < 1:
+        raise AiaynError(f"must be a positive number of steps, got {steps}", key="steps")
     output.mkdir(parents=True, exist_ok=True)
     seconds, clock = {}, time.perf_counter()
 
@@ -84,7 +100,8 @@ def run_quickstart(
     )
     lap("tokenizer")
 
-    # 3. Training under a time budget, then the average of the last checkpoints (§6.1).
+    # 3. Training for a number of steps (a time cap besides), then the final model: the last checkpoint,
+    #    the best or an average of the last ones, chosen on validation (§6.1).
     recipe = load_recipe(
         find_recipe(RECIPE),
         {
@@ -94,14 +111,17 @@ def run_quickstart(
             "tokenizer": str(tokenizer_dir),
             "output_dir": str(output / "run"),
             "seed": seed,
-            "max_time": f"{minutes}m",
+            **({"max_steps": steps} if steps is not None else {}),
+            **({"max_time": f"{minutes}m"} if minutes is not None else {}),
             **(recipe_overrides or {}),
         },
     )
     result = train(recipe, resume=None, show_progress=show_progress)
     model_dir = result.averaged or result.last_checkpoint
     if model_dir is None:
-        raise AiaynError("training wrote no checkpoint: give it more {minutes}", mentions=("minutes",))
+        raise AiaynError(
+            "training wrote no checkpoint: give it more {steps} or {minutes}", mentions=("steps", "minutes")
+        )
     lap("train")
 
     # 4. Translate the held-out test sentences with the paper's beam search (§6.1), and score them.
@@ -115,7 +135,15 @@ def run_quickstart(
     sacrebleu = results["scores"]["sacrebleu"]
     examples = list(zip(test["source"][:5], hypotheses[:5], test["target"][:5]))
     return QuickstartResult(
-        output, Path(model_dir), float(sacrebleu["score"]), sacrebleu["signature"], examples, seconds
+        output,
+        Path(model_dir),
+        float(sacrebleu["score"]),
+        sacrebleu["signature"],
+        examples,
+        seconds,
+        steps=result.step,
+        max_steps=recipe.max_steps,
+        stopped_by=result.stopped_by,
     )
 
 

@@ -222,7 +222,7 @@ def model_info(translator: Translator, limits: Limits, info: dict) -> dict:
         },
         "decoding": {k: v for k, v in decoding.items() if k != "seed"},
         "device": str(translator.device),
-        "engine": translator.engine,
+        "engine": translator.engine.name,
         "dtype": translator.precision,
         "limits": asdict(limits),
     }

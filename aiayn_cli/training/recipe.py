@@ -32,7 +32,7 @@ import yaml
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from .. import yaml_text
-from ..data.spec import DataSpec
+from ..data.spec import DATA_SOURCES, DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
 from ..model.configuration_aiayn import LIBRARY_FIELDS, PRESETS, TOKEN_ID_FIELDS, AiaynConfig
@@ -189,14 +189,19 @@ class TrainRecipe:
 
     # --- precision and speed ------------------------------------------------------------------
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] | None = "auto"
-    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+), else fp32 (no);
-    None: what `accelerate config` / `accelerate launch` say; otherwise this."""
+    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+); on a CUDA GPU
+    without it (T4, V100) fp16 with dynamic loss scaling; else fp32 (no). None: what `accelerate
+    config` / `accelerate launch` say; otherwise this."""
     when_fp32: dict[StrictStr, Any] | None = None
     """Keys (a mapping, nested as in the recipe) that replace the recipe's where the run computes in
     fp32 (`auto` on a device without native bf16, or `no`): a time budget holds fewer steps there, and
     what suits a short run may differ. Flags (`--set`) still win; the run prints what it replaced."""
     compile: StrictBool = False
     """Run the model through `torch.compile`."""
+    gradient_checkpointing: StrictBool = False
+    """Keep only each layer's input in the forward pass and recompute the layer in the backward pass
+    (`model.gradient_checkpointing_enable()`): about a third more compute for much less activation
+    memory (`big` on a 16-24 GB GPU); the same dropout masks, the same weights to rounding."""
     compile_loss: StrictBool = True
     """Run the loss's two passes over the (B, T, V) scores through `torch.compile` (one fused loop each;
     the same numbers to rounding); eagerly, with a warning, where there is no C++ compiler."""
@@ -246,16 +251,19 @@ class TrainRecipe:
     and alignment form during training. None: no history (a model's weights per step listed)."""
     average_last: PositiveInt | None = None
     """At the end, average the last N checkpoints into `averaged/` (§6.1: base 5, big 20)."""
-    average_choose: StrictBool = False
-    """Average the last k <= average_last checkpoints instead, with k chosen by the lowest loss on the
-    whole validation split (k = 1: the last checkpoint alone). §6.1 averaged a fixed number of
-    checkpoints 10 minutes apart at the end of 12 hours or more; in a run of an hour the oldest of
-    them can be a worse model than the last. False: the paper's fixed N. Without average_last, nothing
-    is averaged and this does nothing."""
+    average_choose: StrictBool = True
+    """End with the best on validation of: the last checkpoint, the best one, and the averages of the last
+    k = 2..average_last checkpoints saved after the learning rate's peak (`training/selection.py`).
+    §6.1 averaged a fixed number of checkpoints 10 minutes apart at the end of 12 hours or more; in a
+    run of minutes they may still be in the warmup, and their mean a worse model than the last. False,
+    or no validation split: the paper's plain average of the last average_last. Without average_last,
+    nothing is averaged and this does nothing."""
     length_penalty_grid: Annotated[list[NonNegativeFloat], Field(min_length=1)] | None = None
     """At the very end, the length penalty alphas tried on the whole validation split (beam search with
     the model's beam size); the best goes into the final model's generation_config.json (`averaged/`,
-    else the last checkpoint). §6.1 chose alpha on the development set; None: the paper's 0.6."""
+    else the last checkpoint). Where the best is at an end of the grid, the grid goes on past it until the
+    best is inside or at alpha 0 or 10 (`evaluation/length_penalty.py`). §6.1 chose alpha on the
+    development set; None: the paper's 0.6."""
     log_every_steps: PositiveInt = 20
     """Write train metrics every N steps."""
     trackers: list[StrictStr] = field(default_factory=lambda: ["tensorboard"])
@@ -390,10 +398,6 @@ def _rename_old_keys(raw: dict[str, Any], where: dict[str, str]) -> None:
               file=sys.stderr)  # fmt: skip
 
 
-# The keys of `DataSpec` that name where the data is: one of them is given.
-DATA_SOURCES = ("dataset", "data_dir", "prefix", "source_file", "target_file", "data_file")
-
-
 def _drop_replaced_source(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     """An override that names a data source (`data.data_dir`) replaces the recipe's source whole."""
     given = {
@@ -461,6 +465,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     try:
         node = yaml_text.compose(text)
         data = yaml_text.loads(text) or {}
+    except RecursionError:
+        raise AiaynError(f"{path}: nested too deeply to be a recipe") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -543,8 +549,6 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
 
     if recipe.average_last is not None and recipe.average_last > recipe.keep_last:
         fail("average_last", f"({recipe.average_last}) must not exceed keep_last ({recipe.keep_last})")
-    if recipe.average_choose and recipe.average_last is not None and recipe.valid_split is None:
-        fail("average_choose", "needs a validation split to choose on (valid_split is null)")
     if recipe.length_penalty_grid is not None and recipe.valid_split is None:
         fail("length_penalty_grid", "needs a validation split to choose on (valid_split is null)")
     for key in ("max_time", "lost_process_after"):
@@ -569,6 +573,38 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         raise AiaynError(f"{where.get('data', source)}: data: {named}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
         raise AiaynError(f"{source}: set at least one of max_steps, max_epochs, max_time")
+    _check_model_fits(recipe, where, source)
+
+
+def _check_model_fits(recipe: TrainRecipe, where: dict[str, str], source: str) -> None:
+    """A model whose training state cannot fit in this machine's memory is refused before anything is
+    built: its layers' weights alone (embeddings not counted), times four in fp32 (the weights, their
+    gradients, Adam's two moments), against the physical memory. (`--set model.d_ff=1000000000` asked
+    for 256 GB.)"""
+    values = {**(PRESETS[recipe.model.preset] if recipe.model.preset else {}), **{
+        k: v for k, v in dataclasses.asdict(recipe.model).items() if v is not None and k != "preset"}}  # fmt: skip
+    defaults = AiaynConfig()
+    d, d_ff = values.get("d_model", defaults.d_model), values.get("d_ff", defaults.d_ff)
+    encoder = values.get("num_encoder_layers", defaults.num_encoder_layers)
+    decoder = values.get("num_decoder_layers", defaults.num_decoder_layers)
+    # Per layer (§3.1): attention's four d x d projections, the feed-forward's d x d_ff twice; a decoder
+    # layer has two attentions.
+    parameters = encoder * (4 * d * d + 2 * d * d_ff) + decoder * (8 * d * d + 2 * d * d_ff)
+    needed = 16 * parameters
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on this system: nothing to compare with
+        return
+    if needed > memory:
+        changed = [key for key in ("d_model", "d_ff", "num_encoder_layers", "num_decoder_layers")
+                   if f"model.{key}" in where] or ["preset"]  # fmt: skip
+        key = "model." + changed[0]
+        at = where.get(key, source)
+        raise AiaynError(
+            f"{at if at.startswith('--') else f'{at}: {key!r}'}: a model of {parameters:,} parameters needs at least "
+            f"{needed / 2**30:,.1f} GiB to train (weights, gradients and Adam's moments in fp32); this machine has "
+            f"{memory / 2**30:,.1f} GiB"
+        )
 
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")

@@ -7,8 +7,9 @@ OUTPUT/
     logs/                  accelerate's trackers (TensorBoard, ...)
     checkpoint-<step>/     the last `keep_last` checkpoints and the best one
     history/checkpoint-<step>/  the model alone at each of `history_steps` (no optimizer state), kept
-    averaged/              the mean of the last `average_last` checkpoints (§6.1; with `average_choose`,
-                           of the last k of them, k chosen on validation loss), at the end
+    averaged/              the final model, at the end (§6.1): the last checkpoint, the best one or the
+                           mean of the last k <= `average_last` of the decayed tail, the best on
+                           validation (`selection.py`); its averaged_from.json says which and why
     learning_curve.png     train and validation loss, validation BLEU, at the end
 """
 

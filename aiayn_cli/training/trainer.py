@@ -205,6 +205,8 @@ def _train(
     torch.manual_seed(recipe.seed)
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
+    if recipe.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     data = load_data(recipe, tokenizer, accelerator, show_progress)
     state = TrainState(
         num_processes=accelerator.num_processes,
@@ -219,19 +221,7 @@ def _train(
         state = saved
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
-    optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
-    # fused: one vectorized pass over each parameter and its moments (on a CPU, `foreach` loops over
-    # the tensors op by op); the same update as the textbook loop, to rounding.
-    fused = accelerator.device.type in ("cpu", "cuda")
-    optimizer = optimizer_class(
-        model.parameters(),
-        lr=1.0,
-        betas=tuple(recipe.adam_betas),
-        eps=recipe.adam_eps,
-        weight_decay=recipe.weight_decay,
-        fused=fused or None,
-        foreach=not fused or None,
-    )
+    optimizer = make_optimizer(recipe, model, accelerator.device)
     scheduler = build_scheduler(
         optimizer,
         recipe.lr_schedule,
@@ -304,6 +294,26 @@ def _train(
 # ---------------------------------------------------------------------------------------------
 
 
+def make_optimizer(recipe: TrainRecipe, model, device: torch.device) -> torch.optim.Optimizer:
+    """Adam(beta1, beta2, eps) of §5.3 (AdamW with a weight decay), at lr 1 (the schedule scales it).
+
+    Fused where the device has the kernels (CPU, CUDA): one vectorized pass over each parameter and
+    its moments, the same update as the textbook loop to rounding, and it skips an update on the
+    device (`found_inf`: the non-finite guard, the fp16 loss scaler) without the host reading a flag.
+    """
+    optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
+    fused = torch.device(device).type in ("cpu", "cuda")
+    return optimizer_class(
+        model.parameters(),
+        lr=1.0,
+        betas=tuple(recipe.adam_betas),
+        eps=recipe.adam_eps,
+        weight_decay=recipe.weight_decay,
+        fused=fused or None,
+        foreach=not fused or None,
+    )
+
+
 def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None):
     """One `Accelerator` for the run, in the precision `choice` (default: the recipe's, on this device);
     `accelerate launch` / `accelerate config` decide the rest."""
@@ -325,6 +335,10 @@ def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None)
         )
     except ValueError as err:  # e.g. fp16 where the device has none
         raise AiaynError(f"accelerate: {first_line(err)}") from None
+    if accelerator.mixed_precision == "fp16" and accelerator.scaler is None and accelerator.device.type == "cpu":
+        # accelerate scales an fp16 loss on accelerators only; on a CPU fp16 gradients underflow as they
+        # would on a GPU: the same dynamic loss scaling (before `prepare`, which hands the scaler on)
+        accelerator.scaler, accelerator.native_amp = torch.amp.GradScaler("cpu"), True
     return accelerator
 
 
@@ -340,12 +354,20 @@ def _forget_an_earlier_precision(choice: PrecisionChoice | None) -> None:
 
 
 def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
-    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's."""
+    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's.
+
+    Training's `auto` on a CUDA GPU without native bf16 (T4, V100) takes fp16 with dynamic loss scaling
+    (`torch.amp.GradScaler`, through accelerate): its tensor cores compute fp16, and fp32 there is
+    several times slower."""
     if recipe.mixed_precision is None:
         return None
     # As `Accelerator()` would: ACCELERATE_USE_CPU=1 (processes on CPUs) must reach the first
     # PartialState, which every later one shares, or each process thinks it runs alone.
-    return choose_precision(recipe.mixed_precision, _process_state().device)
+    device = _process_state().device
+    choice = choose_precision(recipe.mixed_precision, device)
+    if recipe.mixed_precision == "auto" and choice.precision == "no" and torch.device(device).type == "cuda":
+        return PrecisionChoice("fp16", f"{choice.reason}: fp16 with dynamic loss scaling")
+    return choice
 
 
 def accelerate_precision() -> str:
@@ -491,8 +513,7 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
             show_progress=show_progress and main,
         )
         train = prepared.dataset
-        valid_raw = load_split(recipe.data, recipe.valid_split) if recipe.valid_split else None
-        valid = tokenize_split(valid_raw, tokenizer) if valid_raw is not None else None
+        validation = load_validation(recipe, tokenizer, accelerator)
     _echo(
         accelerator,
         f"{prepared.report}; {prepared.num_too_long} longer than {recipe.max_length} subword tokens dropped; "
@@ -516,24 +537,53 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
         generator=torch.Generator().manual_seed(recipe.seed),
         pin_memory=accelerator.device.type == "cuda",
     )
-    valid_loader, sources, references, valid_text = None, [], [], ([], [])
-    if valid is not None:
-        longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
-        valid_sampler = TokenBatchSampler.from_dataset(
-            valid,
-            max(recipe.valid_max_tokens or recipe.max_tokens, longest),
-            shuffle=False,
-            num_replicas=world,
-            rank=rank,
-        )
-        valid_loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=collate)
-        indices = range(len(valid_raw))
-        if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
-            indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
-        sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
-        references = [valid_raw[i]["target"] for i in indices] if sources else []
-        valid_text = (list(valid_raw["source"]), list(valid_raw["target"]))
-    return _Data(train, train_loader, sampler, valid_loader, sources, references, *valid_text, prepared.path.name)
+    v = validation
+    return _Data(
+        train,
+        train_loader,
+        sampler,
+        v.loader,
+        v.bleu_sources,
+        v.bleu_references,
+        v.sources,
+        v.references,
+        prepared.path.name,
+    )
+
+
+@dataclass
+class Validation:
+    """The validation split of a recipe, as the run validates on it."""
+
+    loader: DataLoader | None  # the whole split, tokenized, this process's shard
+    bleu_sources: list[str]  # the fixed sample decoded for BLEU
+    bleu_references: list[str]
+    sources: list[str]  # the whole split's text
+    references: list[str]
+
+
+def load_validation(recipe: TrainRecipe, tokenizer, accelerator) -> Validation:
+    """The recipe's validation split (empty without one): this process's loader over the whole split, the
+    BLEU sample (`valid_bleu_samples`, drawn with the recipe's seed), the split's text."""
+    if not recipe.valid_split:
+        return Validation(None, [], [], [], [])
+    valid_raw = load_split(recipe.data, recipe.valid_split)
+    valid = tokenize_split(valid_raw, tokenizer)
+    longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
+    valid_sampler = TokenBatchSampler.from_dataset(
+        valid,
+        max(recipe.valid_max_tokens or recipe.max_tokens, longest),
+        shuffle=False,
+        num_replicas=accelerator.num_processes,
+        rank=accelerator.process_index,
+    )
+    loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=Seq2SeqCollator(tokenizer.pad_token_id))
+    indices = range(len(valid_raw))
+    if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
+        indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
+    sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
+    references = [valid_raw[i]["target"] for i in indices] if sources else []
+    return Validation(loader, sources, references, list(valid_raw["source"]), list(valid_raw["target"]))
 
 
 def quiet_libraries() -> None:
@@ -573,6 +623,7 @@ __all__ = [
     "load_data",
     "load_tokenizer",
     "make_accelerator",
+    "make_optimizer",
     "run_precision",
     "micro_batch_seed",
     "prepare_training_data",

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ...data.spec import DataSpec
 from ...errors import AiaynError
 from ...hub.lookup import check_hub_model
 from .. import options
@@ -14,6 +15,7 @@ from .. import options
 MEASURE = "Measurement"
 
 
+@options.with_data_options()
 def heads(
     model: options.ModelOpt = ...,
     output: Annotated[
@@ -23,21 +25,8 @@ def heads(
             show_default=True,
         ),
     ] = Path("heads"),
-    dataset: options.DatasetOpt = None,
-    dataset_config: options.DatasetConfigOpt = None,
-    data_dir: options.DataDirOpt = None,
-    prefix: options.PrefixOpt = None,
-    source_file: options.SourceFileOpt = None,
-    target_file: options.TargetFileOpt = None,
-    data_file: options.DataFileOpt = None,
-    source_lang: options.SourceLangOpt = None,
-    target_lang: options.TargetLangOpt = None,
-    split: Annotated[
-        str,
-        typer.Option(
-            "--split", metavar="SPLIT", rich_help_panel=options.PANEL, help="The held-out split to measure on."
-        ),
-    ] = "validation",
+    data: DataSpec | None = None,
+    split: options.HeldOutSplitOpt = "validation",
     sample: Annotated[
         int,
         typer.Option(
@@ -88,12 +77,7 @@ def heads(
             "where the device computes it natively, as translate), bf16 or fp16."
         ),
     ] = "fp32",
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite", help="Replace files in --output-dir that aiayn heads did not write (or that were edited)."
-        ),
-    ] = False,
+    overwrite: Annotated[bool, options.overwrite_option("heads")] = False,
 ) -> None:
     """Measure every head: what it attends to, the loss and BLEU without it, and how many can go.
 
@@ -110,19 +94,8 @@ def heads(
     if importance not in IMPORTANCE:
         raise AiaynError(f"{importance}: choose one of {', '.join(IMPORTANCE)}", key="importance")
     check_output_files(output, ["heads.json", "heads.md"], overwrite=overwrite, key="output")  # before the work
-    spec = options.data_spec(
-        dataset=dataset,
-        dataset_config=dataset_config,
-        data_dir=data_dir,
-        prefix=prefix,
-        source_file=source_file,
-        target_file=target_file,
-        data_file=data_file,
-        source_lang=source_lang,
-        target_lang=target_lang,
-    )
     translator = Translator.from_pretrained(model, device=device, dtype=precision)
-    pairs = load_sample(translator, spec, split, sample)
+    pairs = load_sample(translator, data, split, sample)
     report = measure_heads(
         translator,
         pairs,

@@ -22,7 +22,25 @@ def quickstart(
     output_dir: Annotated[
         Path, options.output_dir_option("Where the corpus, tokenizer and run go.", show_default=True)
     ] = Path("aiayn-quickstart"),
-    minutes: Annotated[float, typer.Option("--minutes", metavar="X", help="Training time budget in minutes.")] = 2.5,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            "--steps",
+            min=1,
+            metavar="N",
+            help="Training steps (default: the quickstart recipe's 1,000): the same model on a busy machine as on an idle one.",
+            show_default=False,
+        ),
+    ] = None,
+    minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--minutes",
+            metavar="X",
+            help="Time cap on training in minutes (default: the recipe's 15): reached before --steps, training stops and the command says so.",
+            show_default=False,
+        ),
+    ] = None,
     train_pairs: Annotated[
         int, typer.Option("--train-pairs", min=1000, metavar="N", help="Generated training pairs.")
     ] = 20000,
@@ -42,6 +60,7 @@ def quickstart(
 
     result = run_quickstart(
         output_dir,
+        steps=steps,
         minutes=minutes,
         train_pairs=train_pairs,
         seed=seed,
@@ -53,6 +72,7 @@ def quickstart(
         typer.echo(f"  EN   {source}\n  AIAYN {hypothesis}\n  REF  {reference}\n")
     typer.echo(f"sacreBLEU on {result.output_dir / 'data' / 'test.de'}: {result.bleu:.2f}  ({result.signature})")
     typer.echo(f"model: {result.model_dir}")
+    typer.echo(result.budget())
     timing = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result.seconds.items())
     typer.echo(f"time: {sum(result.seconds.values()):.0f} s ({timing})")
     sentence = examples()[0][0]  # a sentence of the grammar the model learnt

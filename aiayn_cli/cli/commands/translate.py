@@ -87,18 +87,22 @@ def translate(
     options.check_engine(engine)
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
-    check_hub_model(model)  # before the libraries load: a missing folder or file is one line at once
-    check_paths(input, output)
-    import torch
-
+    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
     from ...decoding.translator import Translator, decode_lines
 
+    check_paths(input, output, model)
     if alignment and engine != "torch":
         raise AiaynError("reads aiayn's own attention: use it with {engine} torch", key="alignment",
                          mentions=("engine",))  # fmt: skip
-    if threads is not None:
-        torch.set_num_threads(threads)
-    translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
+    translator = None
+    if engine == "ctranslate2":  # converted already: neither torch nor transformers is imported
+        translator = Translator.from_converted(model, device=device, dtype=dtype, threads=threads)
+    if translator is None:
+        import torch
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+        translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
     decoding = {**(decoding or {}), "on_long": on_long, "max_tokens": max_tokens, "batch_size": batch_size}
     nbest = decoding.get("nbest") or 1
     try:
@@ -128,8 +132,9 @@ def translate(
         os._exit(0)
 
 
-def check_paths(input: Path | None, output: Path | None) -> None:
-    """Before the model is loaded: the input is a file, and the output is not the input (through links too)."""
+def check_paths(input: Path | None, output: Path | None, model=None) -> None:
+    """Before the model is loaded: the input is a file, and the output is neither the input nor a file of
+    the model's folder (through links too)."""
     if input is not None and str(input) != "-":
         kind = node_kind(input)
         if kind == "folder":
@@ -139,7 +144,7 @@ def check_paths(input: Path | None, output: Path | None) -> None:
         if kind not in ("file", "character device", "FIFO"):  # /dev/stdin or a named pipe is read as it comes
             raise AiaynError(f"--input {input}: is a {kind}, not a file")
     if output is not None:
-        check_output_file(output, [input], key="output")
+        check_output_file(output, [input, model], key="output")
 
 
 def _translate_aligned(translator, sentences, input, output, layer, decoding) -> None:

@@ -1,0 +1,224 @@
+"""Which model a run ends with (§6.1): the last checkpoint, the best one, or an average of the last k,
+whichever is best on the validation split.
+
+"[...] for the base models, we used a single model obtained by averaging the last 5 checkpoints" (§6.1):
+after 100,000 steps the last checkpoints lie close together on a decayed learning rate, and their mean
+is a better model than any of them. In a run of minutes they may not: a quickstart stopped early by a
+busy machine averaged checkpoints 111, 205 and 222, all still in the warmup, and scored 24 validation
+BLEU where its last checkpoint scored 53. So the end of a run compares, on validation only:
+
+- the last checkpoint;
+- the best single checkpoint (`best_metric`, as the run recorded it), where it is not the last;
+- the average of the last k checkpoints, k = 2..N, taking only checkpoints of the decayed tail: those
+  saved after the last step at which the recorded learning rate was at its peak (the end of the
+  warmup for `noam` and `inverse_sqrt`, the start of the cooldown for `lr_cooldown`). Where the rate
+  never fell (a constant rate without cooldown) or none was recorded, every checkpoint is of the tail.
+
+Each candidate is scored as validation scores a checkpoint during the run (`evaluate`, the caller's):
+BLEU on the run's fixed validation sample with its validation decoding (`valid_beam_size`), and the
+loss on the whole split. The run's `best_metric` decides (BLEU, or the loss where the run has no BLEU
+sample), the loss breaks ties: the measure that chose the best checkpoint chooses among the
+candidates, so the chosen model is never worse on it than the best single checkpoint. BLEU with the
+final beam on the whole split would be a full beam search per candidate: minutes each on a CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import AiaynError
+from .checkpoint import average_checkpoints, checkpoint_step
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A model the run may end with: the mean of `checkpoints` (one checkpoint: that checkpoint)."""
+
+    name: str  # "last", "best", "average of the last 3"
+    checkpoints: tuple[Path, ...]
+
+    @property
+    def steps(self) -> str:
+        return ", ".join(str(checkpoint_step(p)) for p in self.checkpoints)
+
+
+@dataclass
+class Selection:
+    """The candidate chosen, the scores of all of them, and the rules that made the list."""
+
+    chosen: Candidate
+    candidates: list[Candidate]
+    scores: dict[str, dict[str, float]]  # candidate name -> its validation metrics
+    metric: str  # "valid/bleu" (higher is better) or "valid/loss" (lower)
+    tail_rule: str
+
+    def describe(self) -> str:
+        """One line: what was chosen, on what, against what."""
+
+        def shown(name: str) -> str:
+            scores = self.scores[name]
+            main = f"BLEU {scores['valid/bleu']:.2f}" if self.metric == "valid/bleu" else ""
+            loss = f"loss {scores['valid/loss']:.4f}"
+            return f"{main}, {loss}" if main else loss
+
+        chosen = self.chosen
+        others = "; ".join(f"{c.name} ({c.steps}): {shown(c.name)}" for c in self.candidates if c != chosen)
+        what = "BLEU on the validation sample, then loss" if self.metric == "valid/bleu" else "validation loss"
+        return (
+            f"final model: {chosen.name} (checkpoint steps {chosen.steps}), validation {shown(chosen.name)}; "
+            f"chosen by {what} among {len(self.candidates)} candidates"
+            + (f" (others: {others})" if others else "")
+            + f"; averaged only: {self.tail_rule}"
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The choice as JSON: for metrics.jsonl and the model's averaged_from.json."""
+        return {
+            "chosen": self.chosen.name,
+            "checkpoints": [p.name for p in self.chosen.checkpoints],
+            "metric": self.metric,
+            "scores": {
+                c.name: {"checkpoints": [p.name for p in c.checkpoints], **self.scores[c.name]} for c in self.candidates
+            },
+            "tail_rule": self.tail_rule,
+        }
+
+
+def decayed_tail(checkpoints: list[Path], records: list[dict[str, Any]]) -> tuple[list[Path], str]:
+    """The checkpoints saved after the last step at which the learning rate in `records` (metrics.jsonl's,
+    with "step" and "lr") was at its peak; all of them where the rate never fell or none was recorded.
+    Also the rule, in words."""
+    rates = [(int(r["step"]), float(r["lr"])) for r in records if "lr" in r and "step" in r]
+    if not rates:
+        return list(checkpoints), "checkpoints of any step (no learning rate recorded)"
+    peak = max(lr for _, lr in rates)
+    peak_step = max(step for step, lr in rates if lr >= peak * (1 - 1e-6))
+    if peak_step >= max(step for step, _ in rates):
+        return list(checkpoints), "checkpoints of any step (the learning rate never fell)"
+    tail = [p for p in checkpoints if (checkpoint_step(p) or 0) > peak_step]
+    return tail, f"checkpoints after step {peak_step}, the last at the peak learning rate"
+
+
+def candidates(checkpoints: list[Path], best: Path | None, tail: list[Path], last: int) -> list[Candidate]:
+    """The last checkpoint, the best one (unless it is the last), and the averages of the last k of
+    `checkpoints` for k = 2..`last` while all k are in `tail`. `checkpoints` oldest first."""
+    if not checkpoints:
+        raise AiaynError("average: no checkpoints to choose from")
+    newest = checkpoints[-1]
+    found = [Candidate("last", (newest,))]
+    if best is not None and best.resolve() != newest.resolve():
+        found.append(Candidate("best", (best,)))
+    in_tail = {p.resolve() for p in tail}
+    for k in range(2, min(last, len(checkpoints)) + 1):
+        chosen = tuple(checkpoints[-k:])
+        if not all(p.resolve() in in_tail for p in chosen):
+            break
+        found.append(Candidate(f"average of the last {k}", chosen))
+    return found
+
+
+def choose(found: list[Candidate], model, evaluate: Callable[[Any], dict[str, float]], tail_rule: str) -> Selection:
+    """Score every candidate with `evaluate(model)` after loading its weights into `model` (a model of the
+    checkpoints' shape, on its device); the best by validation BLEU where every score has one, else by
+    loss; the loss breaks ties, then the order of `found`."""
+    scores: dict[str, dict[str, float]] = {}
+    for candidate in found:
+        weights = average_checkpoints(list(candidate.checkpoints))
+        _, unexpected = model.load_state_dict(weights, strict=False)  # tied copies are not saved
+        if unexpected:
+            raise AiaynError(
+                f"average: {candidate.checkpoints[-1]} holds tensors the model does not have (e.g. '{unexpected[0]}')"
+            )
+        model.tie_weights()
+        scores[candidate.name] = dict(evaluate(model))
+    metric = "valid/bleu" if all("valid/bleu" in s for s in scores.values()) else "valid/loss"
+
+    def rank(candidate: Candidate) -> tuple[float, float]:
+        s = scores[candidate.name]
+        loss = round(s["valid/loss"], 6)
+        return (round(s["valid/bleu"], 6), -loss) if metric == "valid/bleu" else (-loss, -loss)
+
+    best = max(found, key=rank)  # the first of equals
+    return Selection(best, found, scores, metric, tail_rule)
+
+
+def select_final_model(
+    checkpoints: list[Path],
+    last: int,
+    best: Path | None,
+    metrics_path: Path,
+    evaluate: Callable[[Any], dict[str, float]],
+    accelerator,
+) -> Selection:
+    """Choose among the last checkpoint, `best` and the averages of the last k <= `last` of `checkpoints`
+    (oldest first) of the decayed tail, as the learning rates in `metrics_path` (metrics.jsonl) tell.
+    Every process calls this (`evaluate` may be collective); the main process reads the learning rates.
+
+    Args:
+        evaluate: validation of a model (the run's: loss on the whole split, BLEU on its sample).
+    """
+    from accelerate.utils import broadcast_object_list
+
+    from ..model.modeling_aiayn import AiaynForConditionalGeneration
+    from .curves import read_metrics
+
+    shared: list[Any] = [None]
+    if accelerator.is_main_process:
+        shared = [decayed_tail(checkpoints, read_metrics(metrics_path))]
+    if accelerator.num_processes > 1:
+        broadcast_object_list(shared)
+    tail, rule = shared[0]
+    found = candidates(checkpoints, best, tail, last)
+    model = AiaynForConditionalGeneration.from_pretrained(checkpoints[-1]).to(accelerator.device)
+    return choose(found, model, evaluate, rule)
+
+
+def select_in_run_folder(run_dir: Path, last: int, data_dir: str | None = None) -> Selection:
+    """`aiayn average --choose`: the choice a run's end makes (`select_final_model`), from its folder alone:
+    its recipe.yaml (validation split, sample, decoding, precision), the newest checkpoint's tokenizer,
+    its metrics.jsonl (the learning rates) and its best checkpoint; `data_dir` replaces the recipe's data
+    folder (a run trained elsewhere)."""
+    from .checkpoint import list_checkpoints
+    from .recipe import load_recipe
+    from .run_folder import METRICS_FILE, RECIPE_FILE, TrainState
+    from .trainer import load_tokenizer, load_validation, make_accelerator
+    from .validation import evaluate_model
+
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise AiaynError(f"{run_dir} holds no checkpoints (checkpoint-<step> folders)")
+    if not (run_dir / RECIPE_FILE).is_file():
+        raise AiaynError(f"--choose: {run_dir} holds no {RECIPE_FILE} (not a run folder of `aiayn train`)")
+    overrides: dict[str, Any] = {"trackers": []}
+    if data_dir is not None:
+        overrides.update({"data.data_dir": data_dir, "data.dataset": None})
+    recipe = load_recipe(run_dir / RECIPE_FILE, overrides, flags={"data.data_dir": "--data-dir"})
+    if not recipe.valid_split:
+        raise AiaynError(f"--choose: {run_dir / RECIPE_FILE} has no validation split (valid_split: null) to choose on")
+    state = TrainState.from_checkpoint(checkpoints[-1])
+    best = run_dir / f"checkpoint-{state.best_step}" if state.best_step else None
+    tokenizer = load_tokenizer(str(checkpoints[-1]))
+    accelerator = make_accelerator(recipe)
+    valid = load_validation(recipe, tokenizer, accelerator)
+
+    def evaluate(model) -> dict[str, float]:
+        return evaluate_model(
+            model, recipe, tokenizer, valid.loader, valid.bleu_sources, valid.bleu_references, accelerator
+        )
+
+    best = best if best is not None and best.is_dir() else None
+    return select_final_model(checkpoints, last, best, run_dir / METRICS_FILE, evaluate, accelerator)
+
+
+__all__ = [
+    "Candidate",
+    "Selection",
+    "candidates",
+    "choose",
+    "decayed_tail",
+    "select_final_model",
+    "select_in_run_folder",
+]
