@@ -44,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks import results  # noqa: E402
 from benchmarks.local_data import MULTI30K  # noqa: E402
 
 
@@ -334,6 +335,20 @@ def _table(args, totals: dict) -> None:
             f"aiayn / {SIDES[peer]}: non-pad tokens {r[0]:.2f}x per second, {r[1]:.2f}x per CPU-second; "
             f"computed tokens {r[2]:.2f}x per second, {r[3]:.2f}x per CPU-second"
         )
+    rows = [
+        {
+            "side": SIDES[side],
+            "steps": t["steps"],
+            "padding": f"{1 - t['tokens'] / max(t['computed'], 1):.1%}",
+            "non-pad tokens/s": round(rates[side][0]),
+            "per CPU-second": round(rates[side][1]),
+            "aiayn / this": f"{rates['aiayn'][0] / rates[side][0]:.2f}x" if "aiayn" in rates else "-",
+        }
+        for side, t in totals.items()
+    ]
+    settings = {"preset": args.preset, "precision": "bf16" if args.bf16 else "fp32", "seconds": args.seconds,
+                "rounds": args.rounds, "max_tokens": args.max_tokens, "hf_batch_size": args.batch_size}  # fmt: skip
+    print(f"wrote {results.Recorder('bench_train').write({'rows': rows, 'settings': settings})}")
 
 
 def main() -> None:

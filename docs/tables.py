@@ -73,38 +73,34 @@ def _minutes(seconds: float) -> str:
 
 
 def quality() -> list[Row]:
-    """BLEU of the runs a user can repeat: the quickstart and the Multi30k recipe, with their hardware."""
-    rows = [
-        Row("| run | sacreBLEU | signature | training | end to end | hardware | command |", None),
-        Row("|---|---|---|---|---|---|---|", None),
-    ]
+    """BLEU of the runs a user can repeat: the quickstart and the Multi30k recipe. The hardware, the
+    sacreBLEU signature and the command stand in numbered notes under the table, which stays narrow."""
+    runs = []  # (results file, run, sacreBLEU, training, end to end, hardware, signature, command)
     for path, r in results_files("quickstart"):
         f = r["figures"]
-        text = (
-            f"| quickstart: generated en->de, {f['sentences']} held-out sentences | {f['sacrebleu']:.2f} | "
-            f"{_signature(f['signature'])} | {f['train_steps']:,} steps ({f['precision']}) | {_minutes(f['seconds'])} | "
-            f"{_hardware(r)} | `{r['command']}` |"
-        )
-        rows.append(Row(text, path))
+        runs.append((path, f"quickstart: generated en->de, {f['sentences']} held-out sentences", f["sacrebleu"],
+                     f"{f['train_steps']:,} steps ({f['precision']})", _minutes(f["seconds"]), _hardware(r),
+                     f["signature"], r["command"]))  # fmt: skip
     for path, r in results_files("multi30k_en_de"):
         f = r["figures"]
-        text = (
-            f"| Multi30k en->de, test2016 | {f['sacrebleu']:.2f} | {_signature(f['signature'])} | "
-            f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']}) | {f['wall_minutes']:.0f} min | "
-            f"{_hardware(r)} | `aiayn train multi30k_en_de` |"
-        )
-        rows.append(Row(text, path))
+        runs.append((path, "Multi30k en->de, test2016", f["sacrebleu"],
+                     f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']})",
+                     f"{f['wall_minutes']:.0f} min", _hardware(r), f["signature"], "aiayn train multi30k_en_de"))  # fmt: skip
     for path, r in results_files("gpu_check"):
         run = r["figures"].get("parts", {}).get("multi30k", {})
         if not (run.get("ok") and "test2016" in run):
             continue
         bleu = run["test2016"]["sacrebleu"]
-        text = (
-            f"| Multi30k en->de, test2016 (`multi30k_en_de_gpu`) | {bleu['score']:.2f} | {_signature(bleu['signature'])} | "
-            f"{run['train_seconds'] / 60:.0f} min, {run['steps']:,} steps ({run['precision']}) | "
-            f"{_minutes(run['wall_s'])} | {_hardware(r)} | `aiayn train multi30k_en_de_gpu` |"
-        )
-        rows.append(Row(text, path))
+        runs.append((path, "Multi30k en->de, test2016 (`multi30k_en_de_gpu`)", bleu["score"],
+                     f"{run['train_seconds'] / 60:.0f} min, {run['steps']:,} steps ({run['precision']})",
+                     _minutes(run["wall_s"]), _hardware(r), bleu["signature"], "aiayn train multi30k_en_de_gpu"))  # fmt: skip
+    rows = [Row("| run | sacreBLEU | training | end to end | run on |", None), Row("|---|---|---|---|---|", None)]
+    rows += [Row(f"| {run} | {bleu:.2f} | {training} | {wall} | [{i}] |", path)
+             for i, (path, run, bleu, training, wall, *_) in enumerate(runs, 1)]  # fmt: skip
+    if runs:
+        rows.append(Row("", None))
+    rows += [Row(f"[{i}] {hardware}; `{command}`; {_signature(signature)}  ", path)
+             for i, (path, *_, hardware, signature, command) in enumerate(runs, 1)]  # fmt: skip
     return rows
 
 
@@ -135,6 +131,10 @@ def result_rows(name: str) -> list[Row]:
             cells = [_number(row[k]).replace("<", "&lt;").replace("|", "\\|") if k in row else "-" for k in keys]
             rows.append(Row("| " + " | ".join([*cells, _hardware(r)]) + " |", path))
     return rows
+
+
+def result_rows_of(name: str) -> Callable[[], list[Row]]:
+    return lambda: result_rows(name)
 
 
 PRECISIONS = {"fp32": "", "bf16": "_bf16", "int8": "_int8"}
@@ -170,6 +170,33 @@ def decoding_against_generate() -> list[Row]:
             )
             rows.append(Row(text, path))
     return rows
+
+
+def decoding_speed() -> list[Row]:
+    """The newest bench_decode run of each machine (`bench_decode.<machine>.json`): beam-4 tokens per
+    second of aiayn, `generate()` and CTranslate2, each at its fastest precision, and aiayn's ratio to
+    each; the machine, threads, commit and command in a note under the table, which stays narrow."""
+    found = [(p, r) for p, r in results_files("bench_decode") if p.name.count(".") == 2]  # no named variants
+    rows = [
+        Row("| model, batch | aiayn | generate() | CTranslate2 | aiayn / generate() | aiayn / CTranslate2 |", None),
+        Row("|---|---|---|---|---|---|", None),
+    ]
+    notes = []
+    for i, (path, r) in enumerate(found, 1):
+        threads = sorted({row["threads"] for row in r["figures"].get("rows", [])})
+        for row in r["figures"].get("rows", []):
+            if not all(f"{system}_tok_s" in row for system in ("aiayn", "hf_marian", "ctranslate2")):
+                continue
+            (ours, rate), (hf, hf_rate), (ct2, ct2_rate) = (
+                _fastest(row, s) for s in ("aiayn", "hf_marian", "ctranslate2")
+            )
+            rows.append(Row(
+                f"| {row['dims']}, {row['batch']} [{i}] | {rate:,.0f} {ours} | {hf_rate:,.0f} {hf} | {ct2_rate:,.0f} {ct2} | "
+                f"{rate / hf_rate:.2f}x | {rate / ct2_rate:.2f}x |", path))  # fmt: skip
+        commit = (r["commit"] or "?")[:10] + (" (modified)" if r.get("dirty") else "")
+        notes.append(Row(f"[{i}] {_hardware(r)}, {'/'.join(map(str, threads))} threads; commit {commit}, "
+                         f"{r['date'][:10]}, load {_load(r)}; `{r['command']}`  ", path))  # fmt: skip
+    return rows + ([Row("", None)] if notes else []) + notes
 
 
 def decoding_by_run() -> list[Row]:
@@ -265,6 +292,8 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
     "decoding-by-run": decoding_by_run,
     "decoding-compile": decoding_compile,
     "quality": quality,
+    "decoding-speed": decoding_speed,
+    "training-against-seq2seqtrainer": result_rows_of("bench_train"),
     "quickstart-runs": measured_runs("quickstart"),
     "multi30k-runs": measured_runs("multi30k_en_de"),
     "bench_data-runs": measured_runs("bench_data"),
@@ -272,15 +301,40 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
 }
 
 
+# The command that writes each results file, named where a table has none yet.
+WRITERS = {
+    "quickstart": "python benchmarks/bench_quickstart.py",
+    "multi30k_en_de": "python -m pytest -m long tests/test_multi30k_recipe.py",
+    "bench_train": "python benchmarks/bench_train.py",
+}
+
+
+RESULTS_OF = {
+    "quickstart-runs": "quickstart",
+    "multi30k-runs": "multi30k_en_de",
+    "training-against-seq2seqtrainer": "bench_train",
+}
+
+
 def render(name: str) -> list[Row]:
-    """The table's lines; without any results file, one line that says so (no row without hardware)."""
+    """The table's lines; without any results file, one line that says so and names the command that
+    writes one (no row without hardware)."""
     if name.startswith("rows:"):
         rows = result_rows(name.removeprefix("rows:"))
     elif name in TABLES:
         rows = TABLES[name]()
     else:
         raise KeyError(f"no table {name!r} (tables: {', '.join(TABLES)}, or rows:RESULT)")
-    return rows if any(row.source for row in rows) else [Row("*No results file yet.*", None)]
+    if any(row.source for row in rows):
+        return rows
+    result = RESULTS_OF.get(name, name.removeprefix("rows:"))
+    if result in WRITERS:
+        return [
+            Row(
+                f"*No results file yet: `{WRITERS[result]}` writes `benchmarks/results/{result}.<machine>.json`.*", None
+            )
+        ]
+    return [Row("*No results file yet.*", None)]
 
 
 def tables_in(path: Path) -> list[tuple[str, str]]:

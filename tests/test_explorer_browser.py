@@ -112,8 +112,11 @@ def test_the_walk_through_softmax_is_the_drawn_row(page, kind):
     drawn = _drawn_row(tab)
     assert len(rows) == len(drawn) > 2
     for (softmax, row_drawn), weight in zip(rows, drawn):
-        assert softmax == pytest.approx(weight, abs=1e-4)
-        assert row_drawn == weight
+        assert softmax == row_drawn == weight  # one path from the scores shown to the weights drawn
+    printed = tab.eval_on_selector_all(
+        "#walk-table tr[data-softmax]", "els => els.map(e => [e.cells[3].innerText, e.cells[4].innerText])"
+    )
+    assert all(softmax == shown for softmax, shown in printed), printed  # the numbers printed are those drawn
     if kind == "decoder":  # keys after the query are masked, and shown so
         masked = tab.eval_on_selector_all("#walk-table td.masked", "els => els.length")
         assert masked == 3 * (len(drawn) - 3) and all(w == 0 for w in drawn[3:])

@@ -214,3 +214,27 @@ def test_quickstart_model_attention_aligns_far_better_than_the_diagonal(tmp_path
     print(rates)
     assert default < 0.6 * rates["diagonal"]
     assert default == min(rates.values())  # the default is the best measured
+
+
+def test_the_explorer_draws_the_softmax_of_the_scores_it_prints(model_and_tokenizer):
+    """The explorer's weights are computed from the scores it ships, by eq. (1), in one path: in bf16 the
+    model's own softmax is rounded (0.4336 drawn beside a printed 0.4300), the explorer's is not; in fp32
+    they are the model's weights to 1e-5."""
+    import copy
+
+    from aiayn_cli.inspection.explorer import explorer_data
+
+    model, tokenizer = model_and_tokenizer
+    for dtype in (torch.float32, torch.bfloat16):
+        [ex] = explain(copy.deepcopy(model).to(dtype), tokenizer, SENTENCES[:1])
+        data = explorer_data([ex])
+        for kind, part in data["sentences"][0]["kinds"].items():
+            scores = np.array([[[[np.nan if x is None else x for x in row] for row in head] for head in layer]
+                               for layer in part["scores"]], dtype=np.float64)  # fmt: skip
+            scaled = scores / np.sqrt(data["d_k"])
+            weights = np.exp(scaled - np.nanmax(scaled, axis=-1, keepdims=True))
+            weights = np.nan_to_num(weights) / np.nansum(weights, axis=-1, keepdims=True)
+            assert np.abs(np.array(part["attention"]) - weights).max() <= 5e-6, (dtype, kind)
+            if dtype == torch.float32:
+                own = torch.stack([a[0] for a in ex.attentions(kind)]).float().numpy()
+                assert np.abs(np.array(part["attention"]) - own).max() <= 1e-5, kind

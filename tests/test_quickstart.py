@@ -65,16 +65,39 @@ def test_quickstart_says_when_its_time_cap_stopped_training(tmp_path):
     )
 
 
-@pytest.mark.slow
-def test_quickstart_recipe_learns_the_generated_language(tmp_path):
-    # The quickstart's recipe and corpus as shipped (its budget in steps: 1,000, checkpoints and
-    # validation every 200), without its time cap and in fp32: what it learns does not depend on the
-    # CPU's speed or its precision. The BLEU the command reaches on a given CPU is a benchmark's.
-    output = tmp_path / "qs"
+@pytest.fixture(scope="module")
+def trained_quickstart(tmp_path_factory):
+    """The quickstart's recipe and corpus as shipped (its budget in steps: 1,000, checkpoints and
+    validation every 200), without its time cap and in fp32: what it learns does not depend on the
+    CPU's speed or its precision. The BLEU the command reaches on a given CPU is a benchmark's."""
+    output = tmp_path_factory.mktemp("quickstart") / "qs"
     result = run_quickstart(output, show_progress=False, recipe_overrides={"max_time": None, "mixed_precision": "no"})
+    return result, output
+
+
+@pytest.mark.slow
+def test_quickstart_recipe_learns_the_generated_language(trained_quickstart):
+    result, output = trained_quickstart
     _check_reported_score(result, output)
     assert (result.steps, result.stopped_by) == (1000, "max_steps")
     assert result.bleu >= 90.0, result.bleu
+
+
+@pytest.mark.slow
+def test_the_documented_examples_translate_as_shown(trained_quickstart):
+    """Every sentence the docs show beside the quickstart's model (tests/test_examples.py finds them) is
+    translated by the trained model into the grammar's German, with the default options, in fp32."""
+    from test_examples import shown_sentences
+
+    from aiayn_cli.decoding.translator import Translator
+    from aiayn_cli.quickstart.synthetic import examples
+
+    german = dict(examples())
+    shown = [sentence for sentence in shown_sentences() if sentence in german]
+    assert len(shown) >= 4
+    translator = Translator.from_pretrained(str(trained_quickstart[0].model_dir), dtype="fp32")
+    got = dict(zip(shown, translator.translate(shown)))
+    assert got == {sentence: german[sentence] for sentence in shown}
 
 
 def test_quickstart_refuses_a_non_empty_folder(tmp_path, monkeypatch, capsys):

@@ -15,7 +15,16 @@ function tokens(kind) {
   if (kind === "decoder") return { q: s.decoder_input_tokens, k: s.decoder_input_tokens };
   return { q: s.target_tokens, k: s.source_tokens };
 }
-function weights(kind, layer, head) { return sentence().kinds[kind].attention[layer][head]; }
+// Eq. (1)'s softmax over one query's q.k row (null: masked): the page's one path from the scores it
+// prints to the weights it draws and prints, so that the two are the same numbers.
+function softmax(raw) {
+  const root = Math.sqrt(DATA.d_k), scaled = raw.map((x) => (x === null ? null : x / root));
+  const max = Math.max(...scaled.filter((x) => x !== null));
+  const exps = scaled.map((x) => (x === null ? 0 : Math.exp(x - max)));
+  const total = exps.reduce((a, b) => a + b, 0);
+  return exps.map((e) => (total > 0 ? e / total : 0));
+}
+function weights(kind, layer, head) { return sentence().kinds[kind].scores[layer][head].map(softmax); }
 function fmt(x, d) { return x === null ? "masked" : x.toFixed(d); }
 
 // Options count from 1, as their labels do; `state` counts from 0.
@@ -124,7 +133,7 @@ function renderHeadView() {
 }
 
 function renderThumbs() {
-  const box = $("thumbs"), heads = sentence().kinds[state.kind].attention[state.layer];
+  const box = $("thumbs"), heads = sentence().kinds[state.kind].scores[state.layer].map((_, h) => weights(state.kind, state.layer, h));
   box.innerHTML = "";
   heads.forEach((W, h) => {
     const div = document.createElement("div");
@@ -147,10 +156,7 @@ function renderWalk() {
   const s = sentence(), k = s.kinds[state.kind], tk = tokens(state.kind), i = state.query;
   const raw = k.scores[state.layer][state.head][i], vnorm = k.value_norms[state.layer][state.head];
   const drawn = weights(state.kind, state.layer, state.head)[i], root = Math.sqrt(DATA.d_k);
-  const scaled = raw.map((x) => (x === null ? null : x / root));
-  const finite = scaled.filter((x) => x !== null), max = Math.max(...finite);
-  const exps = scaled.map((x) => (x === null ? 0 : Math.exp(x - max)));
-  const total = exps.reduce((a, b) => a + b, 0), soft = exps.map((e) => e / total);
+  const scaled = raw.map((x) => (x === null ? null : x / root)), soft = softmax(raw);
   let html = "<div class='note'>query: <b>" + esc(tk.q[i]) + "</b> (position " + (i + 1) + "), d<sub>k</sub> = " + DATA.d_k;
   if (state.kind === "decoder") html += "; keys after the query are masked (&minus;&infin; before the softmax, &sect;3.2.3)";
   html += "</div><table class='walk' id='walk-table'><tr><th>key</th><th>q&middot;k</th><th>q&middot;k / &radic;d<sub>k</sub></th><th>softmax</th><th>drawn weight</th><th>|v|</th><th>weight &times; |v|</th></tr>";

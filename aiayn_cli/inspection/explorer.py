@@ -43,10 +43,11 @@ def explorer_data(explanations: list[Explanation], notes: list[str] | None = Non
     """What the explorer draws: {"about", "d_k", "sentences"} (the page's data, /v1/attention's answer)."""
     return {
         "about": "Vaswani et al. (2017), §3.2: the three kinds of attention of a trained model. "
-        "Weights are the model's own (output_attentions=True); rows are queries, columns keys. "
+        "Weights are eq. (1)'s softmax of the model's own q.k (captured while it ran), computed from the "
+        "scores shown, so that the numbers printed are the ones drawn; rows are queries, columns keys. "
         "Decoder position t reads the token before y_t and predicts y_t." + "".join(" " + note for note in notes or []),
         "d_k": explanations[0].d_k if explanations else 0,
-        "sentences": [_sentence(ex) for ex in explanations],
+        "sentences": [_sentence(ex, explanations[0].d_k) for ex in explanations],
     }
 
 
@@ -59,7 +60,8 @@ def explorer_html(explanations: list[Explanation], notes: list[str] | None = Non
     return with_explorer(page).replace(PLACEHOLDER, payload)
 
 
-def _sentence(ex: Explanation) -> dict:
+def _sentence(ex: Explanation, d_k: int) -> dict:
+    scores = {kind: [_rounded(s, 6) for s in ex.raw_scores[kind]] for kind in KINDS}  # q.k, null where masked
     return {
         "source": ex.source,
         "target": ex.target,
@@ -73,13 +75,28 @@ def _sentence(ex: Explanation) -> dict:
         "length_penalty": ex.length_penalty,
         "kinds": {
             kind: {
-                "attention": [_rounded(a[0], 5) for a in ex.attentions(kind)],  # [layer][head][query][key]
-                "scores": [_rounded(s, 4) for s in ex.raw_scores[kind]],  # q.k, null where masked
+                # [layer][head][query][key]: the softmax of the scores below, as the page computes it (the
+                # model's own weights to 1e-5 in fp32; in bf16 the model rounded its softmax, the page does not)
+                "attention": _softmax(scores[kind], d_k),
+                "scores": scores[kind],
                 "value_norms": [_rounded(v, 3) for v in ex.value_norms[kind]],  # [layer][head][key]
             }
             for kind in KINDS
         },
     }
+
+
+def _softmax(scores: list, d_k: int) -> list:
+    """Eq. (1)'s softmax(q.k / sqrt(d_k)) over the last level of nested lists of scores (None: masked),
+    in float64, in the order of operations of explorer.js's `softmax`; rounded to 5 decimals."""
+    if scores and isinstance(scores[0], list):
+        return [_softmax(row, d_k) for row in scores]
+    root = math.sqrt(d_k)
+    scaled = [None if x is None else x / root for x in scores]
+    top = max((x for x in scaled if x is not None), default=0.0)
+    exps = [0.0 if x is None else math.exp(x - top) for x in scaled]
+    total = sum(exps)
+    return [round(e / total, 5) if total > 0 else 0.0 for e in exps]
 
 
 def _rounded(tensor, digits: int) -> list:

@@ -2,7 +2,7 @@
 
     from aiayn_cli.inspection.report import AttentionRequest, attention_report
 
-    attention_report(AttentionRequest(model="runs/quickstart/averaged", sentences=["A dog runs."],
+    attention_report(AttentionRequest(model="runs/quickstart/averaged", sentences=["A dog sleeps."],
                                       formats=("png", "html"), output=Path("attention")))
 
 Everything is checked before anything is written, and the files are written into a temporary

@@ -365,6 +365,30 @@ def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14, alignments: b
     return pairs
 
 
+# The sentences that the docs, the help and `aiayn quickstart` show beside the quickstart's model: the
+# grammar's own (built here, so each has its one German translation); tests/test_examples.py keeps the
+# docs to them and, in the slow tier, checks that a trained quickstart model translates each as shown.
+EXAMPLES = (
+    Clause((NounPhrase("dog", "the", ("small",)),), "see", NounPhrase("ball", "a", ("red",))),
+    Clause((NounPhrase("dog", "a"),), "sleep"),
+    Clause((NounPhrase("man", "a"),), "carry", NounPhrase("bag", "a")),
+    Clause((NounPhrase("teacher", "the"),), "open", NounPhrase("door", "a", ("red",))),
+    Clause((NounPhrase("man", "bare", plural=True),), "bring", NounPhrase("stone", "three", plural=True)),
+    Clause(
+        (NounPhrase("dog", "two", plural=True),),
+        "play",
+        preposition="with",
+        prepositional_object=NounPhrase("woman", "the", ("old",)),
+    ),  # fmt: skip
+    Clause((NounPhrase("king", "a", ("young",)),), "follow", NounPhrase("pig", "the", ("white",)), negated=True),
+)
+
+
+def examples() -> list[tuple[str, str]]:
+    """The (English, German) pairs of `EXAMPLES`: sentences the quickstart's model knows."""
+    return [render(clause) for clause in EXAMPLES]
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing a corpus folder
 # ---------------------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def attention(
     """Show the model's attention for sentences: its own translation, or a reference (--reference).
 
     \b
-    aiayn attention -m MODEL "A dog runs." -o attention                  # png and the explorer
+    aiayn attention -m MODEL "A dog sleeps." -o attention                  # png and the explorer
     aiayn attention --checkpoints aiayn-quickstart/run -o over-training   # AER and a pattern per step
     """
     if checkpoints is not None:

@@ -56,6 +56,7 @@ def quickstart(
 ) -> None:
     """Run train-tokenizer, train, average, translate and evaluate on a generated English->German corpus."""
     from ...quickstart.pipeline import run_quickstart
+    from ...quickstart.synthetic import examples
 
     result = run_quickstart(
         output_dir,
@@ -74,5 +75,6 @@ def quickstart(
     typer.echo(result.budget())
     timing = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result.seconds.items())
     typer.echo(f"time: {sum(result.seconds.values()):.0f} s ({timing})")
-    typer.echo(f"translate more:  echo 'The small dog sees a red ball.' | aiayn translate --model {result.model_dir}")
+    sentence = examples()[0][0]  # a sentence of the grammar the model learnt
+    typer.echo(f"translate more:  echo '{sentence}' | aiayn translate --model {result.model_dir}")
     typer.echo("\n" + NEXT_STEPS)
