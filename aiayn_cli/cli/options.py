@@ -469,10 +469,14 @@ def with_data_options(
                 return command(**kwargs, data={name: value for name, value in values.items() if value is not None})
             if need == "optional" and not any(values.get(name) is not None for name in DATA_SOURCES):
                 return command(**kwargs, data=None)
-            if kwargs.get("model") and not (values.get("source_lang") or values.get("target_lang")):
-                from ..hub.publish import recipe_languages
+            if kwargs.get("model"):
+                from ..hub.lookup import check_hub_model
 
-                values.update(recipe_languages(kwargs["model"]))
+                check_hub_model(kwargs["model"])  # a missing model first: its recipe may name the languages
+                if not (values.get("source_lang") or values.get("target_lang")):
+                    from ..hub.publish import recipe_languages
+
+                    values.update(recipe_languages(kwargs["model"]))
             return command(**kwargs, data=data_spec(**values))
 
         run.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
