@@ -99,6 +99,14 @@ def quantization_option(panel: str | None = None) -> Any:
     )
 
 
+def report_dir_option(command: str) -> Any:
+    """`-o/--output-dir FOLDER` of a command that writes its report (COMMAND.md, COMMAND.json, figures)."""
+    return output_dir_option(
+        f"Where {command}.md, {command}.json and the figures go (created if missing; other files there stay).",
+        show_default=True,
+    )
+
+
 def overwrite_option(command: str) -> Any:
     """`--overwrite` of a command that writes named files into an output folder (the output rule:
     `files.staging_files`)."""
