@@ -102,6 +102,14 @@ def quantization_option(panel: str | None = None) -> Any:
     )
 
 
+def report_dir_option(command: str) -> Any:
+    """`-o/--output-dir FOLDER` of a command that writes its report (COMMAND.md, COMMAND.json, figures)."""
+    return output_dir_option(
+        f"Where {command}.md, {command}.json and the figures go (created if missing; other files there stay).",
+        show_default=True,
+    )
+
+
 def overwrite_option(command: str) -> Any:
     """`--overwrite` of a command that writes named files into an output folder (the output rule:
     `files.staging_files`)."""
@@ -460,10 +468,14 @@ def with_data_options(
                 return command(**kwargs, data={name: value for name, value in values.items() if value is not None})
             if need == "optional" and not any(values.get(name) is not None for name in DATA_SOURCES):
                 return command(**kwargs, data=None)
-            if kwargs.get("model") and not (values.get("source_lang") or values.get("target_lang")):
-                from ..hub.publish import recipe_languages
+            if kwargs.get("model"):
+                from ..hub.lookup import check_hub_model
 
-                values.update(recipe_languages(kwargs["model"]))
+                check_hub_model(kwargs["model"])  # a missing model first: its recipe may name the languages
+                if not (values.get("source_lang") or values.get("target_lang")):
+                    from ..hub.publish import recipe_languages
+
+                    values.update(recipe_languages(kwargs["model"]))
             return command(**kwargs, data=data_spec(**values))
 
         run.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]

@@ -18,13 +18,7 @@ MEASURE = "Measurement"
 @options.with_data_options()
 def heads(
     model: options.ModelOpt = ...,
-    output: Annotated[
-        Path,
-        options.output_dir_option(
-            "Where heads.md, heads.json and the figures go (created if missing; other files there stay).",
-            show_default=True,
-        ),
-    ] = Path("heads"),
+    output: Annotated[Path, options.report_dir_option("heads")] = Path("heads"),
     data: DataSpec | None = None,
     split: options.HeldOutSplitOpt = "validation",
     sample: Annotated[

@@ -25,13 +25,7 @@ def layers(
         ),
     ] = None,
     model: options.ModelOpt = ...,
-    output: Annotated[
-        Path,
-        options.output_dir_option(
-            "Where layers.md, layers.json and the figures go (created if missing; other files there stay).",
-            show_default=True,
-        ),
-    ] = Path("layers"),
+    output: Annotated[Path, options.report_dir_option("layers")] = Path("layers"),
     sentence: Annotated[
         str | None,
         typer.Option(
