@@ -6,7 +6,7 @@ The output rule (`docs/reliability.md`), decided here for every command's output
   and renamed over the old one (`open_output`); a character device or a FIFO (`/dev/null`,
   `/dev/stdout`, a named pipe) and `-` (standard output) are written into directly, never renamed
   over; refused: a folder, a read-only file, any other kind of node (a socket, a block device), one of
-  the command's input files (links followed), a path whose folder is missing or not writable
+  the command's input files or a file of one of its input folders (a model's weights; links followed), a path whose folder is missing or not writable
   (`check_output_file`);
 - a folder a command writes whole (`train-tokenizer -o`, `average -o`, `export -o`, `push
   --output-dir`, `quickstart -o`): absent or empty; or, with `--overwrite`, a folder that holds only
@@ -194,8 +194,7 @@ def staging_files(folder: str | os.PathLike, *, overwrite: bool = False, key: st
 def remove_dir(path: str | os.PathLike) -> None:
     """Delete a folder, renaming it first: a crash never leaves a half-deleted folder under its name."""
     path = Path(path)
-    old = path.with_name(path.name + ".old")
-    _remove(old)
+    old = _backup_name(path)
     os.replace(path, old)
     _remove(old)
 
@@ -208,12 +207,20 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
         os.replace(tmp, final)
         fsync_dir(final.parent)
         return
-    old = final.with_name(final.name + ".old")
-    _remove(old)
+    old = _backup_name(final)
     os.replace(final, old)
     os.replace(tmp, final)
     fsync_dir(final.parent)
     _remove(old)
+
+
+def _backup_name(path: Path) -> Path:
+    """A name beside `path` that nothing has (`NAME.<random>.old`): the old folder moves there to be removed,
+    so a user's own `NAME.old` is never touched. A killed run's leftover is found by its `.old` suffix."""
+    while True:
+        old = path.with_name(f"{path.name}.{secrets.token_hex(4)}.old")
+        if not os.path.lexists(old):
+            return old
 
 
 def _name_the_target(err: BaseException, temporary: Path, target: Path) -> None:
@@ -262,11 +269,36 @@ def check_output_file(path: str | os.PathLike, inputs=(), key: str | None = None
         raise AiaynError(f"{path}: the folder {target.parent} does not exist", key=key)
     if not os.access(target.parent, os.W_OK):  # a read-only folder or file system: say so before the work
         raise AiaynError(f"{path}: the folder {target.parent} is not writable", key=key)
-    for source in inputs:
-        if kind == "file" and source is not None and str(source) != STDOUT and Path(source).exists():
-            if os.path.samefile(source, path):
-                raise AiaynError(f"{path}: is the input file {source}; write elsewhere", key=key)
+    if kind == "file":
+        written = os.stat(target)
+        for source in inputs:
+            if source is None or str(source) == STDOUT:
+                continue
+            for held in input_files(source):
+                if os.path.samestat(os.stat(held), written):
+                    what = "the input file" if held == Path(source) else f"{held}, a file of the input"
+                    raise AiaynError(f"{path}: is {what} {source}; write elsewhere", key=key)
     return path
+
+
+def input_files(source: str | os.PathLike) -> Iterator[Path]:
+    """Every file of an input: the file itself, or each file under a folder (a model, a tokenizer, a data
+    folder), links followed (each linked folder once); nothing for a path that does not exist (a Hub name)."""
+    source = Path(source)
+    if not source.is_dir():
+        if source.exists():
+            yield source
+        return
+    seen = set()
+    for folder, folders, names in os.walk(source, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # a link back to a folder already walked (a loop too): not again
+            folders.clear()
+            continue
+        seen.add(real)
+        for name in names:
+            if (Path(folder) / name).exists():
+                yield Path(folder) / name
 
 
 @contextlib.contextmanager
@@ -473,6 +505,7 @@ __all__ = [
     "check_output_folder",
     "fsync_dir",
     "fsync_tree",
+    "input_files",
     "node_kind",
     "open_output",
     "replace_dir",

@@ -23,7 +23,7 @@ How the comparison is made fair:
 * The same threads: `torch.set_num_threads(n)` for both PyTorch systems and `intra_threads=n`,
   `inter_threads=1` for CTranslate2. n is a budget that aiayn's `decode()` uses its own way: a batch
   with at least 64 rows (sentences x beams) per thread is split into n parts, each decoded on one
-  thread of its own (`parallel_parts` in `aiayn_cli/decoding/search.py`), and a batch whose steps
+  thread of its own (`parallel_parts` in `aiayn_cli/decoding/parallel.py`), and a batch whose steps
   hold few rows decodes on one thread (`one_thread_max_elements()`: not on AVX2-only CPUs nor on CPUs
   with AMX, where two threads win), as in `aiayn translate`.
   CTranslate2 can split a batch too, so with n > 1 it is also measured that way from 2 sentences a
@@ -330,7 +330,8 @@ def _engine_load(name: str, folder: str, cache: str, dtype: str, threads: int) -
 
     os.environ["AIAYN_CACHE"] = cache
     torch.set_num_threads(threads)
-    engine = Translator.from_pretrained(folder, device="cpu", dtype=dtype, engine="ctranslate2")
+    translator = Translator.from_pretrained(folder, device="cpu", dtype=dtype, engine="ctranslate2")
+    engine = translator.engine
     engine.translator_for(2 * threads)  # loads the replicas where a batch takes them
     engine.ctranslate2 = _TimedTranslator(engine.ctranslate2)
     if engine.replicas is not None:
@@ -350,7 +351,7 @@ def _engine_timed(name: str, sources: list[list[int]], steps: int, beams: int) -
     for translator in timed:
         translator.seconds.clear()
     start = time.perf_counter()
-    hyps = engine._decode(sources, options)  # a batch, as `Translator.hypotheses` decodes it
+    hyps = engine.decode(sources, options)  # a batch, as `Translator.hypotheses` decodes it
     seconds = time.perf_counter() - start
     _ENGINE_SHARES[name].append((seconds - sum(sum(t.seconds) for t in timed)) / seconds)
     assert {len(h[0].tokens) for h in hyps} == {steps - 1}, {len(h[0].tokens) for h in hyps}

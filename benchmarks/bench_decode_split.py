@@ -53,7 +53,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.decoding.search import SPLIT_MIN_ROWS  # noqa: E402
+from aiayn_cli.decoding.parallel import SPLIT_MIN_ROWS  # noqa: E402
 from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
 from benchmarks import results as results_file  # noqa: E402
 from benchmarks.bench_decode import (  # noqa: E402

@@ -31,8 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2  # noqa: E402
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
-from aiayn_cli.serving.ctranslate2 import export_ctranslate2  # noqa: E402
 
 
 def machine() -> str:

@@ -37,3 +37,20 @@ def pytest_runtest_setup(item):
 def _seed_and_threads():
     torch.manual_seed(0)
     yield
+
+
+# transformers' common test files are mixins that tests/test_transformers_common.py runs, not tests of their own
+collect_ignore = ["transformers_common"]
+
+
+def pytest_configure(config):
+    for marker in (
+        "accelerate_tests",
+        "flash_attn_test",
+        "flash_attn_3_test",
+        "flash_attn_4_test",
+        "torch_compile_test",
+    ):
+        config.addinivalue_line(
+            "markers", f"{marker}: a marker of transformers' common tests (tests/transformers_common)"
+        )

@@ -161,6 +161,40 @@ def test_bench_decode_compile_times_both_sides(tmp_path):
     assert re.search(r"^\| tiny \| 2 \| fp32 \| 1 \| [^|]+ \| [\d.]+ s \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", stdout, re.M)
 
 
+def test_bench_decode_gpu_cache_paths_times_both_paths_side_by_side(tmp_path, monkeypatch, capsys):
+    """`bench_decode_gpu.py --cache-paths` (run here on the CPU): at every batch, aiayn with the beams'
+    cache kept in slots and moved by one gather, each forced whatever the device's choice, alternating,
+    without generate(); a row per batch with both speeds, their times and gather's ratio to slots."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from aiayn_cli.decoding.incremental import IncrementalDecoder
+    from benchmarks import bench_decode_gpu
+
+    paths = []
+    init = IncrementalDecoder.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        paths.append("slots" if self.keep_slots else "gather")
+
+    monkeypatch.setattr(IncrementalDecoder, "__init__", recording)
+    monkeypatch.setattr(bench_decode_gpu, "build_marian", lambda *a: pytest.fail("generate() is not timed"))
+    out = tmp_path / "paths.json"
+    arguments = ["--device", "cpu", "--dims", "tiny", "--vocab", "120", "--batch", "1", "3", "--new-tokens", "3"]
+    rows = bench_decode_gpu.main([*arguments, "--min-src", "3", "--max-src", "6", "--repeats", "2", "--cache-paths"])
+    # a warm-up of each, then two repeats alternating the order, at each batch
+    assert paths == ["slots", "gather", "slots", "gather", "gather", "slots"] * 2
+    assert [row["batch"] for row in rows] == [1, 3]
+    for row in rows:
+        assert len(row["slots_times"]) == len(row["gather_times"]) == 2 and "hf_generate_times" not in row
+        assert row["slots_sentences_per_s"] > 0 and row["gather_sentences_per_s"] > 0
+    assert re.search(r"dims\s+batch\s+slots\s+gather\s+ratio", capsys.readouterr().out)
+    bench_decode_gpu.main([*arguments, "--repeats", "1", "--cache-paths", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [row["batch"] for row in rows] == [1, 3]
+    for row in rows:  # one repeat: the ratio is gather's speed over slots'
+        assert row["ratio"] == pytest.approx(row["gather_sentences_per_s"] / row["slots_sentences_per_s"])
+
+
 @pytest.mark.slow
 def test_bench_train_runs_every_side_on_a_small_corpus(tmp_path):
     corpus = tmp_path / "corpus"

@@ -436,13 +436,6 @@ def test_finished_sentences_leave_the_batch():
     assert len(hyps) == 6
 
 
-class MovingEveryRow(IncrementalDecoder):
-    """The decoder as it was: every `select` moves every row's cache into place (no slots)."""
-
-    def _keep_slots(self, rows: list[int]) -> None:
-        self.state.select_rows(torch.tensor(rows))
-
-
 @torch.inference_mode()
 def test_rows_that_stay_in_their_slots_give_the_logits_of_rows_moved_into_place(monkeypatch):
     """Beam steps copy only the caches of rows continued more than once (`_keep_slots`): the logits at
@@ -450,7 +443,7 @@ def test_rows_that_stay_in_their_slots_give_the_logits_of_rows_moved_into_place(
     finish and a step where every row stays."""
     model = tiny_model()
     ids, mask = source_batch([9, 4, 7])
-    kept, moving = (cls(model, ids, mask, capacity=10, max_rows=12) for cls in (IncrementalDecoder, MovingEveryRow))
+    kept, moving = (IncrementalDecoder(model, ids, mask, 10, 12, keep_slots=keep) for keep in (True, False))
     copied, moved = [], 0
     copy_rows = kept.state.copy_rows
     monkeypatch.setattr(kept.state, "copy_rows", lambda pairs: (copied.append(len(pairs)), copy_rows(pairs)))
@@ -474,6 +467,32 @@ def test_rows_that_stay_in_their_slots_give_the_logits_of_rows_moved_into_place(
         tokens = torch.randint(3, 40, (rows.numel(),), generator=generator)
     assert kept.state.cache.size(0) == 8 and kept.slots is not None  # rows out of slot order at the end
     assert len(copied) == 6 and 0 in copied and 0 < sum(copied) < moved  # copies, fewer than rows moved
+    assert moving.slots is None  # the other path moved every row into place
+
+
+def test_the_cache_path_is_chosen_by_device_and_both_give_the_same_hypotheses(monkeypatch):
+    """Beam steps keep rows in their cache slots on CPUs only (`CACHE_SLOT_DEVICES`); the path other
+    devices take, forced on this CPU, gives the same hypotheses and scores (fp32), sentences finishing
+    on the way."""
+    import aiayn_cli.decoding.incremental as incremental
+
+    assert "cpu" in incremental.CACHE_SLOT_DEVICES and "cuda" not in incremental.CACHE_SLOT_DEVICES
+    kept = []
+    keep_slots = IncrementalDecoder._keep_slots
+    monkeypatch.setattr(IncrementalDecoder, "_keep_slots", lambda self, rows: (kept.append(1), keep_slots(self, rows)))
+    model = tiny_model()
+    ids, mask = source_batch([2 + (5 * i) % 9 for i in range(12)], seed=3)
+    options = DecodingOptions(num_beams=4, nbest=3, max_len_a=0.5, max_len_b=5)
+    in_slots = decode(model, ids, mask, options)
+    assert kept
+    kept.clear()
+    monkeypatch.setattr(incremental, "CACHE_SLOT_DEVICES", frozenset())
+    moved = decode(model, ids, mask, options)
+    assert not kept
+    assert [[h.tokens for h in hyps] for hyps in moved] == [[h.tokens for h in hyps] for hyps in in_slots]
+    for a, b in zip(moved, in_slots):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+    assert len({len(h[0].tokens) for h in in_slots}) > 1  # sentences of several lengths: some finish first
 
 
 def test_max_length_is_a_times_source_plus_b():
@@ -589,6 +608,7 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
     """A step of few rows (rows x d_model <= ONE_THREAD_MAX_ELEMENTS, on CPUs with AVX-512 kernels) runs
     on one CPU thread, faster than on several; larger batches use PyTorch's count; the count is
     restored, errors included."""
+    import aiayn_cli.decoding.parallel as parallel_module
     import aiayn_cli.decoding.search as search_module
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
@@ -602,11 +622,11 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(recording))
-    monkeypatch.setattr(search_module, "SPLIT_MIN_ROWS", 10**6)  # no batch split over threads
+    monkeypatch.setattr(parallel_module, "SPLIT_MIN_ROWS", 10**6)  # no batch split over threads
     model = tiny_model()  # d_model 64 (tiny preset): 4 beams x 8 sentences = 2,048 elements
     options = DecodingOptions(num_beams=4, max_len_a=0.0, max_len_b=4)
     torch.set_num_threads(2)
-    assert model.config.d_model * 4 * 8 == search_module.ONE_THREAD_MAX_ELEMENTS
+    assert model.config.d_model * 4 * 8 == parallel_module.ONE_THREAD_MAX_ELEMENTS
     for sentences, threads in [(1, 1), (8, 1), (9, 2)]:
         ids, mask = source_batch([5] * sentences)
         decode(model, ids, mask, options)
@@ -624,14 +644,14 @@ def test_small_batches_decode_on_one_thread_and_the_thread_count_comes_back(monk
 def test_one_thread_decodes_small_steps_only_where_measured_faster(monkeypatch, capability, amx, elements):
     """On AVX2-only CPUs and on CPUs with AMX two threads decode even one sentence faster than one;
     elsewhere one thread up to 2,048 row elements."""
-    import aiayn_cli.decoding.search as search_module
+    import aiayn_cli.decoding.parallel as parallel_module
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-    assert search_module.one_thread_max_elements() == elements
+    assert parallel_module.one_thread_max_elements() == elements
     torch.set_num_threads(2)
     try:
-        with search_module.cpu_threads_for(4 * 256, torch.device("cpu")):  # one sentence, beam 4, small
+        with parallel_module.cpu_threads_for(4 * 256, torch.device("cpu")):  # one sentence, beam 4, small
             inside = torch.get_num_threads()
     finally:
         torch.set_num_threads(1)
@@ -643,13 +663,14 @@ def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
     thread in a worker of its own; every sentence gets the hypotheses it gets on one thread, the
     thread count comes back, and a worker's error reaches the caller."""
     import aiayn_cli.decoding.search as search_module
+    from aiayn_cli.decoding.parallel import parallel_parts
 
     model = tiny_model()
     lengths = [2 + (5 * i) % 9 for i in range(43)]
     ids, mask = source_batch(lengths, seed=4)
     options = DecodingOptions(num_beams=3, nbest=2, max_len_a=0.5, max_len_b=4)
     alone = decode(model, ids, mask, options)  # one thread (the fixture): no split
-    assert search_module.parallel_parts(43, 3, options, ids.device) == 1
+    assert parallel_parts(43, 3, options, ids.device) == 1
 
     seen = []
     real = search_module.beam_search
@@ -660,9 +681,9 @@ def test_a_batch_split_over_threads_decodes_as_on_one_thread(monkeypatch):
 
     monkeypatch.setattr(search_module, "STRATEGIES", with_beam_search(recording))
     torch.set_num_threads(2)
-    assert search_module.parallel_parts(43, 3, options, ids.device) == 2  # 129 rows: 64 a thread
-    assert search_module.parallel_parts(42, 3, options, ids.device) == 1  # 126 rows: threads share each step
-    assert search_module.parallel_parts(43, 3, DecodingOptions(do_sample=True), ids.device) == 1
+    assert parallel_parts(43, 3, options, ids.device) == 2  # 129 rows: 64 a thread
+    assert parallel_parts(42, 3, options, ids.device) == 1  # 126 rows: threads share each step
+    assert parallel_parts(43, 3, DecodingOptions(do_sample=True), ids.device) == 1
     together = decode(model, ids, mask, options)
     assert sorted(n for _, _, n in seen) == [21, 22] and all(t == 1 for _, t, _ in seen)
     assert all(name.startswith("aiayn-decode") for name, _, _ in seen)

@@ -16,7 +16,7 @@ from helpers import (  # noqa: E402
 )
 from helpers import save_varied_model as saved_model  # noqa: E402
 
-from aiayn_cli.decoding.engines import CTranslate2Translator, model_key  # noqa: E402
+from aiayn_cli.decoding.ctranslate2_cache import model_key  # noqa: E402
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
 from aiayn_cli.errors import AiaynError  # noqa: E402
 
@@ -39,7 +39,7 @@ def engines(model_dir, cache):
     from aiayn_cli.model.loading import load_pretrained
 
     model, tokenizer = load_pretrained(str(model_dir))
-    ct2 = CTranslate2Translator(model, tokenizer, device="cpu", dtype="fp32", cache=cache)
+    ct2 = Translator(model, tokenizer, device="cpu", dtype="fp32", engine="ctranslate2", cache=cache)
     return torch_engine, ct2
 
 
@@ -97,8 +97,8 @@ def test_a_second_load_does_not_convert_and_other_weights_do(model_dir, cache, e
 
     _, first = engines
     model, tokenizer = load_pretrained(str(model_dir))
-    again = CTranslate2Translator(model, tokenizer, device="cpu", dtype="int8", cache=cache)
-    assert first.converted and not again.converted and again.folder == first.folder
+    again = Translator(model, tokenizer, device="cpu", dtype="int8", engine="ctranslate2", cache=cache)
+    assert first.engine.converted and not again.engine.converted and again.engine.folder == first.engine.folder
     assert again.precision == "int8" and again.translate(["w3 w4"], **HF)[0] is not None
     assert [p.device.type for p in again.model.parameters()] == ["meta"] * len(list(again.model.parameters()))
     model, tokenizer = load_pretrained(str(model_dir))
@@ -230,16 +230,17 @@ def test_a_batch_of_two_sentences_a_thread_is_decoded_in_parts_by_single_thread_
     torch.set_num_threads(2)
     try:
         model, tokenizer = load_pretrained(str(model_dir))
-        ct2 = CTranslate2Translator(model, tokenizer, device="cpu", dtype="fp32", cache=cache)
+        ct2 = Translator(model, tokenizer, device="cpu", dtype="fp32", engine="ctranslate2", cache=cache)
     finally:
         torch.set_num_threads(threads)
-    assert ct2.translator_for(3) == (ct2.ctranslate2, 0) and ct2.replicas is None  # loaded when needed
-    replicas, part = ct2.translator_for(9)
-    assert replicas is ct2.replicas and part == 5
-    assert (replicas.num_translators, ct2.ctranslate2.num_translators) == (2, 1)
+    engine = ct2.engine
+    assert engine.translator_for(3) == (engine.ctranslate2, 0) and engine.replicas is None  # loaded when needed
+    replicas, part = engine.translator_for(9)
+    assert replicas is engine.replicas and part == 5
+    assert (replicas.num_translators, engine.ctranslate2.num_translators) == (2, 1)
     inputs = sentences(9, seed=5)
     in_parts = ct2.hypotheses(inputs, nbest=2, **HF)
-    ct2.translator_for = lambda sentences: (ct2.ctranslate2, 0)  # the whole batch on one replica
+    engine.translator_for = lambda sentences: (engine.ctranslate2, 0)  # the whole batch on one replica
     whole = ct2.hypotheses(inputs, nbest=2, **HF)
     # the same hypotheses; scores to float32's rounding (a part is padded to its own longest sentence)
     assert [[h.tokens for h in hyps] for hyps in whole] == [[h.tokens for h in hyps] for hyps in in_parts]

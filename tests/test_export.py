@@ -13,8 +13,8 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from helpers import cli_here, sentences  # noqa: E402
 from helpers import save_varied_model as saved_model  # noqa: E402
 
+from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2  # noqa: E402
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
-from aiayn_cli.serving.ctranslate2 import export_ctranslate2  # noqa: E402
 
 MAX_LEN = 30  # tokens before </s>: aiayn's max_len_b with max_len_a 0, CTranslate2's max_decoding_length
 
@@ -72,8 +72,8 @@ def test_the_position_table_is_the_models_own(tmp_path):
     without the explicit table the exported model would compute other probabilities."""
     from ctranslate2.specs import transformer_spec  # noqa: F401
 
+    from aiayn_cli.decoding.ctranslate2_convert import transformer_spec_of
     from aiayn_cli.model.modeling_aiayn import sinusoidal_positional_encoding
-    from aiayn_cli.serving.ctranslate2 import transformer_spec_of
 
     model_dir = saved_model(tmp_path / "model")
     translator = Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")

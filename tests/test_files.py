@@ -98,3 +98,17 @@ def test_every_write_of_the_package_goes_through_files_py():
             if needle in text:
                 offenders.append(f"{path.relative_to(package)}: {needle}")
     assert offenders == []
+
+
+def test_replace_dir_keeps_a_folder_named_like_its_backup(tmp_path):
+    """A user's `model.old` (a file or a folder) is not the backup replace_dir makes and removes."""
+    final = tmp_path / "model"
+    final.mkdir()
+    (final / "old").write_text("old")
+    (tmp_path / "model.old").mkdir()
+    (tmp_path / "model.old" / "notes.txt").write_text("mine")
+    with staging_dir(final) as folder:
+        (folder / "new").write_text("new")
+    assert [p.name for p in final.iterdir()] == ["new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.old"]
+    assert (tmp_path / "model.old" / "notes.txt").read_text() == "mine"

@@ -161,7 +161,8 @@ def test_translate_on_cuda_equals_the_cpu_in_fp32(tmp_path, monkeypatch, capsys)
 
 
 def test_the_cpu_paths_are_bypassed_on_cuda():
-    from aiayn_cli.decoding.search import DecodingOptions, cpu_threads_for, parallel_parts
+    from aiayn_cli.decoding.defaults import DecodingOptions
+    from aiayn_cli.decoding.parallel import cpu_threads_for, parallel_parts
     from aiayn_cli.model.modeling_aiayn import dropout_function, scaled_dot_product_attention
 
     # dropout: CUDA's own kernel (F.dropout), not the CPU's mask from random bits

@@ -85,6 +85,7 @@ def test_the_smoke_run_passes_every_part(tmp_path):
     assert throughput["sides"]["aiayn"]["profile"]["attention_operators"], throughput["sides"]["aiayn"]["profile"]
     assert throughput["sides"]["aiayn"]["profile"]["busy_s"] > 0 and (out / "profile" / "profile_step.txt").is_file()
     assert [row["batch"] for row in parts["decoding"]["rows"]] == [1, 4]
+    assert [(row["batch"], "gather_times" in row) for row in parts["decoding"]["cache_paths"]] == [(1, True), (4, True)]
     lost = parts["lost"]  # SIGSTOP: the heartbeat (lost_process_after 10 s) ends the other
     assert lost["signal"] == "SIGSTOP" and 10 <= lost["seconds_to_stop"] < 60 and "gave no sign of life" in lost["line"]
     assert record["machine"]["cpu"]["model"] and (out / "gpu_check.log").stat().st_size > 1000

@@ -194,6 +194,7 @@ def test_align_links_each_target_word_to_its_most_attended_source_word(explained
     assert links == {(int(v[j].argmax()), j) for j in range(v.shape[0])}
 
 
+@pytest.mark.timeout(3600)
 @pytest.mark.long  # 15 minutes of quickstart training: by hand, with -m long
 def test_quickstart_model_attention_aligns_far_better_than_the_diagonal(tmp_path):
     """AER of the default alignment (the last decoder layer, heads averaged) on 500 held-out pairs

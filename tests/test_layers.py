@@ -122,3 +122,43 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatc
     )  # fmt: skip
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_sentence_as_translate_and_attention_take_it(translator, tmp_path, monkeypatch, capsys):
+    """`aiayn layers -m M "a sentence"`: no data split needed; the sentence is teacher-forced on the
+    model's own translation (fp32), and the table is of that sentence alone."""
+    sentence = "The small dog sees a red ball."
+    out = tmp_path / "layers"
+    code, stdout, err = cli_here(monkeypatch, capsys, "layers", "-m", subword_model_dir(), sentence, "-o", out)
+    assert code == 0, err
+    data = json.loads((out / "layers.json").read_text())
+    assert data["sentence"]["source"] == sentence
+    assert data["sentence"]["reference"] == translator.translate([sentence])[0]
+    assert data["settings"]["sentence"] == sentence and data["settings"]["pairs"] == 1
+    assert data["tokens"] == len(data["sentence"]["targets"]) and "What to notice:" in stdout
+
+
+def test_a_sentence_with_a_data_split_is_the_one_shown(data_dir, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "layers"
+    code, _, err = cli_here(
+        monkeypatch, capsys, "layers", "-m", subword_model_dir(), "A red ball.", "--reference", "Ein roter Ball.",
+        "--data-dir", data_dir, "-s", "en", "-t", "de", "--sample-size", "3", "-o", out,
+    )  # fmt: skip
+    assert code == 0, err
+    data = json.loads((out / "layers.json").read_text())
+    assert data["sentence"]["source"] == "A red ball." and data["sentence"]["reference"] == "Ein roter Ball."
+    assert data["settings"]["split"] == "validation" and data["settings"]["pairs"] == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "give a SENTENCE"),
+        (["A dog.", "--sentence", "A cat.", "--reference", "Eine Katze."], "give the sentence once"),
+    ],
+)
+def test_no_sentence_or_two_is_one_line(tmp_path, monkeypatch, capsys, args, message):
+    out = tmp_path / "layers"
+    code, _, err = cli_here(monkeypatch, capsys, "layers", "-m", subword_model_dir(), "-o", out, *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -145,3 +145,27 @@ def test_where_the_loss_cannot_compile_it_warns_once_and_computes_it_eagerly(mon
     loss.backward()
     assert float(out.loss.detach()) == pytest.approx(float(loss.detach()), rel=1e-6)
     assert torch.allclose(mine.grad, ref.grad, atol=1e-6)
+
+
+def test_batch_loss_is_the_models_own_cross_entropy_without_smoothing():
+    # the one loss of training and validation (shift, forward without cache, smoothed loss) agrees with
+    # the model's `labels -> loss` (mean cross-entropy over the non-pad targets) where eps is 0; float32
+    from helpers import tiny_model
+
+    from aiayn_cli.training.loss import batch_loss
+
+    model = tiny_model()
+    torch.manual_seed(1)
+    labels = torch.randint(4, 72, (3, 6))
+    labels[0, 4:] = 0  # padding
+    batch = {"input_ids": torch.randint(4, 72, (3, 5)), "attention_mask": torch.ones(3, 5, dtype=torch.long)}
+    batch["attention_mask"][1, 3:] = 0
+    batch["labels"] = labels
+    with torch.no_grad():
+        out = batch_loss(model, batch, model.config, epsilon=0.0)
+        smoothed = batch_loss(model, batch, model.config, epsilon=0.1)
+        own = model(**batch).loss
+    assert int(out.ntokens) == 16
+    assert float(out.loss / out.ntokens) == pytest.approx(float(own), rel=1e-5)
+    assert float(out.nll) == pytest.approx(float(out.loss), rel=1e-6)
+    assert float(smoothed.nll) == pytest.approx(float(out.nll), rel=1e-6) and float(smoothed.loss) > float(out.loss)

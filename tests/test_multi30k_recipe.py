@@ -12,6 +12,7 @@ from helpers import cli_env, run_cli
 
 
 @pytest.mark.long
+@pytest.mark.timeout(3 * 3600)  # an hour of training, then evaluation
 @pytest.mark.multi30k
 def test_multi30k_recipe_reaches_35_bleu_in_an_hour(multi30k_dir, tmp_path):
     """The README's commands on the local copy: `aiayn train` (its tokenizer first), `aiayn evaluate

@@ -416,3 +416,103 @@ def test_translate_into_dev_null_leaves_it_a_character_device(monkeypatch, capsy
         if _device("/dev/null") != before:  # repair the machine before failing
             os.unlink("/dev/null")
             os.mknod("/dev/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs are never outputs: every file of every input, and a link to each
+# ---------------------------------------------------------------------------------------------
+
+# Each command's inputs (the files and folders it reads), by the arguments COMMANDS gives it.
+INPUTS = {
+    "translate -o": lambda i: [i / "model", i / "src.txt"],
+    "evaluate --json": lambda i: [i / "src.txt", i / "ref.txt"],
+    "evaluate --json (model)": lambda i: [i / "model", i / "data"],
+    "evaluate -o": lambda i: [i / "model", i / "data"],
+    "train-tokenizer -o": lambda i: [i / "data"],
+    "average -o": lambda i: [i / "model", i / "model2"],
+    "export -o": lambda i: [i / "model"],
+    "push --output-dir": lambda i: [i / "model"],
+    "attention -o": lambda i: [i / "model", i / "src.txt"],
+    "paper -o": lambda i: [i / "model"],
+    "heads -o": lambda i: [i / "model", i / "data"],
+    "layers -o": lambda i: [i / "model", i / "data"],
+    "train --output-dir": lambda i: [i / "model", i / "data"],
+    "prepare --cache-dir": lambda i: [i / "model", i / "data"],
+}
+
+
+def _arguments(name: str, inputs: Path, target: Path) -> list:
+    if name == "evaluate --json (model)":
+        return ["evaluate", "--model", inputs / "model", *_data(inputs), "--split", "test", "--json", target]
+    return COMMANDS[name].args(inputs, target)
+
+
+def _every_input_file(inputs: Path, name: str, linked: Path) -> list[Path]:
+    """Each file of the command's inputs as the output, as named and through a link to it; a folder
+    input is also given through a link, and its files named through that link."""
+    found = []
+    for source in INPUTS[name](inputs):
+        files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
+        for number, path in enumerate(files):
+            link = linked / f"{source.name}-{number}-{path.name}"
+            link.symlink_to(path)
+            found += [path, link]
+        if source.is_dir():
+            folder_link = linked / f"{source.name}-folder"
+            if not folder_link.exists():
+                folder_link.symlink_to(source)
+            found += [folder_link / files[0].relative_to(source)]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_no_file_of_an_input_is_ever_an_output(monkeypatch, capsys, tmp_path, tiny, name):
+    """The issue's row 1: `translate -m M -o M/model.safetensors` wrote a 16-byte weights file. Every file
+    of the model, tokenizer and data folders (and the input files, references) is refused as the output,
+    named or through a link, in one line, with nothing changed."""
+    inputs = _inputs(tmp_path, tiny)
+    linked = tmp_path / "links"
+    linked.mkdir()
+    monkeypatch.chdir(tmp_path)
+    targets = _every_input_file(inputs, name, linked)
+    assert len(targets) >= 3
+    before = snapshot(tmp_path)
+    for target in targets:
+        code, _, err = cli_here(monkeypatch, capsys, *_arguments(name, inputs, target))
+        lines = [line for line in err.strip().splitlines() if not line.startswith("warning:")]
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (target, err)
+        assert "Traceback" not in err
+        assert snapshot(tmp_path) == before, f"{name} onto {target} changed files"
+
+
+# ---------------------------------------------------------------------------------------------
+# --overwrite never touches a user's OUT.old
+# ---------------------------------------------------------------------------------------------
+
+OVERWRITING = ("train-tokenizer -o", "average -o", "export -o")
+
+
+@pytest.mark.parametrize("old_kind", ["file", "folder"])
+@pytest.mark.parametrize("name", OVERWRITING)
+def test_overwrite_keeps_the_users_old(monkeypatch, capsys, tmp_path, tiny, name, old_kind):
+    """The issue's row 2: replacing OUT moved it to OUT.old after deleting whatever the user kept there.
+    The backup name is one nobody has, and only what the command made is removed."""
+    inputs = _inputs(tmp_path, tiny)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "target"
+    code, _, err = cli_here(monkeypatch, capsys, *COMMANDS[name].args(inputs, target))
+    assert code == 0, err
+    old = out / "target.old"
+    if old_kind == "file":
+        old.write_text("mine\n")
+    else:
+        old.mkdir()
+        (old / "notes.txt").write_text("mine\n")
+    kept = snapshot(out)
+    kept = {p: v for p, v in kept.items() if p.startswith("target.old")}
+    code, _, err = cli_here(monkeypatch, capsys, *COMMANDS[name].args(inputs, target), "--overwrite")
+    assert code == 0, err
+    after = snapshot(out)
+    assert {p: v for p, v in after.items() if p.startswith("target.old")} == kept
+    assert sorted(p.name for p in out.iterdir()) == ["target", "target.old"]

@@ -15,13 +15,22 @@ def _setuptools_config() -> dict:
 
 
 def test_every_subpackage_is_listed():
+    """Every folder of Python files, the metrics' folders without __init__.py too (setuptools warns
+    about a folder it would import but is not told to ship)."""
     config = _setuptools_config()
     found = {
-        ".".join(init.parent.relative_to(REPO_ROOT).parts)
-        for init in (REPO_ROOT / "aiayn_cli").rglob("__init__.py")
-        if "metrics/aiayn_" not in init.as_posix()
+        ".".join(module.parent.relative_to(REPO_ROOT).parts)
+        for module in (REPO_ROOT / "aiayn_cli").rglob("*.py")
+        if "__pycache__" not in module.parts
     }
     assert found | {"aiayn_cli.recipes"} == set(config["packages"])
+
+
+def test_the_license_is_an_spdx_expression():
+    """setuptools >= 77 deprecates the `{ text = ... }` table, with a warning on every install."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
 
 
 def test_recipes_are_package_data():

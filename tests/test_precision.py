@@ -12,7 +12,7 @@ import torch
 from helpers import REPO_ROOT, cli_env, run_cli
 
 from aiayn_cli import precision
-from aiayn_cli.decoding.translator import pick_dtype
+from aiayn_cli.decoding.torch_engine import pick_dtype
 from aiayn_cli.precision import choose_precision, native_bf16_cpu
 
 AVX512_BF16 = {

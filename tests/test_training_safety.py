@@ -100,15 +100,15 @@ def test_resuming_over_other_training_data_is_refused(monkeypatch, capsys, task,
 
 
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(monkeypatch, capsys, task, tmp_path):
-    import aiayn_cli.training.loop as loop
+    import aiayn_cli.training.loss as loss
 
-    real, calls = loop.label_smoothed_cross_entropy, []
+    real, calls = loss.label_smoothed_cross_entropy, []
 
     def poisoned(logits, *args, **kwargs):
         calls.append(1)
         return real(logits * float("nan") if len(calls) == 3 else logits, *args, **kwargs)
 
-    monkeypatch.setattr(loop, "label_smoothed_cross_entropy", poisoned)
+    monkeypatch.setattr(loss, "label_smoothed_cross_entropy", poisoned)
     out = tmp_path / "run"
     line = _last_error_line(*aiayn(monkeypatch, capsys, *_quick_args(task["data"], task["tokenizer"], out, 6))[::2])
     assert line.startswith("error: step 3: the loss is not finite (nan); stopped before applying this update")
@@ -119,8 +119,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(monk
 
 def test_under_bf16_the_loss_reads_the_bf16_scores_compiled(monkeypatch, capsys, task, tmp_path):
     # accelerate's float32 cast of the model's outputs is taken off: the scores reach the loss in bf16
-    import aiayn_cli.training.loop as loop
-    import aiayn_cli.training.validation as validation
+    import aiayn_cli.training.loss as loss
 
     calls = []
 
@@ -131,8 +130,7 @@ def test_under_bf16_the_loss_reads_the_bf16_scores_compiled(monkeypatch, capsys,
 
         return loss
 
-    monkeypatch.setattr(loop, "label_smoothed_cross_entropy", spy(loop.label_smoothed_cross_entropy))
-    monkeypatch.setattr(validation, "label_smoothed_cross_entropy", spy(validation.label_smoothed_cross_entropy))
+    monkeypatch.setattr(loss, "label_smoothed_cross_entropy", spy(loss.label_smoothed_cross_entropy))
     out = tmp_path / "run"
     code, _, err = aiayn(
         monkeypatch, capsys, *_quick_args(task["data"], task["tokenizer"], out, 2, "--set", "mixed_precision=bf16")

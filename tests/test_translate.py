@@ -254,7 +254,10 @@ def test_stdin_is_streamed_line_by_line(model_dir):
             while not buffer.endswith(b"\n"):
                 ready, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
                 assert ready, "no output line before the input ended"
-                buffer += os.read(process.stdout.fileno(), 1)
+                byte = os.read(process.stdout.fileno(), 1)
+                # End of file (select calls it readable) or a dead child: a failure, never a loop without end.
+                assert byte, f"translate ended (exit code {process.poll()}): {process.stderr.read().decode()[-2000:]}"
+                buffer += byte
             got.append(buffer)
         assert got[1] == b"\n"
         process.stdin.close()

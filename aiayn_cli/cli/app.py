@@ -37,8 +37,9 @@ from .commands import (
 
 app = typer.Typer(
     name="aiayn",
-    help="The Transformer of 'Attention Is All You Need' on Hugging Face tools: "
-    "train-tokenizer, train, translate, evaluate, push.",
+    help="The Transformer of 'Attention Is All You Need' on Hugging Face tools. Build a model: "
+    "train-tokenizer, prepare, train, average; use it: translate, evaluate, serve, export, push; "
+    "see inside it: attention, heads, layers, paper; start with quickstart or recipes.",
     cls=Group,
     no_args_is_help=True,
     add_completion=False,

@@ -4,6 +4,10 @@ each command with) and `Group` (the root).
 * Help reads as written: rich markup is off for help text (a bracketed "[default: ...]" stays), and
   the placeholder column shows the option's metavar (FILE, N, auto|fp32|bf16|fp16), never a Python
   type name; a flag shows none.
+* Help fits any terminal: at 80 columns a word longer than its column wraps onto the next line instead of
+  being cut with an ellipsis.
+* An option that is required but parsed as optional (the old positional MODEL of export and push still
+  stands in for `--model`) is marked required all the same (`SHOWN_REQUIRED`).
 * Old spellings keep working for one version: `RENAMED` lists, per command, the flags (and flag
   values) that were renamed; such a spelling is rewritten to the new one before parsing, with a
   one-line notice on stderr.
@@ -85,6 +89,16 @@ RENAMED: dict[str, list[Renamed]] = {
 }
 
 
+# Options that each command needs although the parser takes them as optional (`aiayn export MODEL`, the
+# previous version's spelling, still gives --model): their help marks them required.
+SHOWN_REQUIRED: dict[str, set[str]] = {"export": {"model", "output"}, "push": {"model"}}
+
+
+def shown_required(command: str | None, param: click.Parameter) -> bool:
+    """Whether `command`'s help marks `param` required."""
+    return bool(param.required) or param.name in SHOWN_REQUIRED.get(command or "", set())
+
+
 def rewrite_renamed(command: str, args: list[str], flags_with_values: set[str]) -> list[str]:
     """`args` with the old spellings of `command` replaced by the new ones, one notice line each on
     stderr. Nothing after `--` is touched; `flags_with_values`: the old flags that take a value."""
@@ -128,33 +142,70 @@ def _placeholder(param: click.Parameter, ctx: click.Context) -> str | None:
     return "|".join(map(str, choices)) if choices else None
 
 
-@contextmanager
-def _plain_help(command: click.Command) -> Iterator[None]:
-    """While help is drawn: texts with rich markup escaped (rich would swallow "[default: x]")."""
-    from rich.markup import escape
+def _folding_table(table: type) -> type:
+    """rich's Table, whose cells fold a word longer than their column onto the next line, not cut it."""
 
-    saved = [(param, param.help) for param in command.params if getattr(param, "help", None)]
-    saved_command = command.help
+    class FoldingTable(table):
+        def add_row(self, *cells, **kwargs) -> None:
+            super().add_row(*cells, **kwargs)
+            for column in self.columns:
+                column.overflow = "fold"
+
+    return FoldingTable
+
+
+def _folding_text(make_rich_text):
+    """typer's maker of an option's help text, whose words fold too (rich lays the text out in a grid
+    of its own, with the ellipsis as its default)."""
+
+    def make(*args, **kwargs):
+        text = make_rich_text(*args, **kwargs)
+        if getattr(text, "overflow", "") is None:
+            text.overflow = "fold"
+        return text
+
+    return make
+
+
+@contextmanager
+def _plain_help(
+    command: click.Command | None, params: list[click.Parameter], name: str | None = None
+) -> Iterator[None]:
+    """While help is drawn: texts with rich markup escaped (rich would swallow "[default: x]"), long
+    words folded rather than cut, and the `SHOWN_REQUIRED` options marked required."""
+    from rich.markup import escape
+    from typer import rich_utils
+
+    saved = [(param, param.help, param.required) for param in params]
+    saved_command = command.help if command is not None else None
+    table, make_rich_text = rich_utils.Table, rich_utils._make_rich_text
     try:
-        for param, text in saved:
-            param.help = escape(text)
-        if command.help:
+        rich_utils.Table, rich_utils._make_rich_text = _folding_table(table), _folding_text(make_rich_text)
+        for param, text, _ in saved:
+            param.help = escape(text) if text else text
+            param.required = shown_required(name, param)
+        if command is not None and command.help:
             command.help = escape(command.help)
         yield
     finally:
-        for param, text in saved:
-            param.help = text
-        command.help = saved_command
+        rich_utils.Table, rich_utils._make_rich_text = table, make_rich_text
+        for param, text, required in saved:
+            param.help, param.required = text, required
+        if command is not None:
+            command.help = saved_command
+
+
+def _with_placeholders(params: list[click.Parameter]) -> list[click.Parameter]:
+    for param in params:  # --help too, which click adds here
+        param.display_type_rich = lambda ctx, param=param: _placeholder(param, ctx)  # type: ignore[attr-defined]
+    return params
 
 
 class Command(TyperCommand):
     """A Typer command whose help reads as written and which accepts its old spellings for a version."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        params = super().get_params(ctx)
-        for param in params:  # --help too, which click adds here
-            param.display_type_rich = lambda ctx, param=param: _placeholder(param, ctx)  # type: ignore[attr-defined]
-        return params
+        return _with_placeholders(super().get_params(ctx))
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
         """The usage line, without the hidden arguments of old spellings."""
@@ -174,12 +225,16 @@ class Command(TyperCommand):
         return any(flag in param.opts and not getattr(param, "is_flag", False) for param in self.params)
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        with _plain_help(self):
+        with _plain_help(self, self.get_params(ctx), self.name):
             super().format_help(ctx, formatter)
 
 
 class Group(TyperGroup):
-    """The root `aiayn` group: the commands' one-line summaries shown as written too."""
+    """The root `aiayn` group: its flags without a type placeholder, the commands' one-line summaries
+    shown as written too."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return _with_placeholders(super().get_params(ctx))
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         commands = [self.commands[name] for name in self.list_commands(ctx)]
@@ -189,7 +244,8 @@ class Group(TyperGroup):
         try:
             for command, text in saved:
                 command.help = escape(text) if text else text
-            super().format_help(ctx, formatter)
+            with _plain_help(None, self.get_params(ctx)):
+                super().format_help(ctx, formatter)
         finally:
             for command, text in saved:
                 command.help = text

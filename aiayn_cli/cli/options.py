@@ -5,19 +5,13 @@ A model folder or Hub id is always `-m/--model`; an output file `-o/--output`, a
 `-o/--output-dir`; what a command computes in `--precision auto|fp32|bf16|fp16` (and
 `--quantization int8` where it quantizes); where it runs `--device`, `auto` by default.
 
-A command that reads parallel data declares the data options it needs with these aliases and
-builds its `DataSpec` with `data_spec(...)`:
+A command that reads parallel data takes the data options with `with_data_options`, as it takes
+the decoding options with `with_decoding_options`: it declares a parameter `data` where they go in its
+help, and receives there the checked `DataSpec`:
 
-    def evaluate(
-        dataset: options.DatasetOpt = None,
-        dataset_config: options.DatasetConfigOpt = None,
-        data_dir: options.DataDirOpt = None,
-        ...
-        split: options.SplitOpt = "test",
-    ):
-        spec = options.data_spec(dataset=dataset, dataset_config=dataset_config, data_dir=data_dir, ...)
-        test = load_split(spec, split)
-        typer.echo(test.cleaning_report, err=True)
+    @options.with_data_options()
+    def heads(model: options.ModelOpt = ..., data: DataSpec | None = None, split: HeldOutSplitOpt = "validation"):
+        pairs = load_sample(translator, data, split, sample)
 """
 
 from __future__ import annotations
@@ -383,6 +377,99 @@ MaxRatioOpt = Annotated[
 DedupOpt = Annotated[
     bool, typer.Option("--dedup/--no-dedup", rich_help_panel=PANEL, help="Drop repeated identical sentence pairs.")
 ]
+HeldOutSplitOpt = Annotated[
+    str, typer.Option("--split", metavar="SPLIT", rich_help_panel=PANEL, help="The held-out split to measure on.")
+]
+
+# Every data option, keyed by its `DataSpec` field, in the order of the help; a command's `split`
+# option goes in before the cleaning ones (`CLEANING`).
+DATA_OPTIONS: dict[str, Any] = {
+    "dataset": DatasetOpt,
+    "dataset_config": DatasetConfigOpt,
+    "data_dir": DataDirOpt,
+    "prefix": PrefixOpt,
+    "source_file": SourceFileOpt,
+    "target_file": TargetFileOpt,
+    "data_file": DataFileOpt,
+    "data_format": DataFormatOpt,
+    "source_lang": SourceLangOpt,
+    "target_lang": TargetLangOpt,
+    "source_column": SourceColumnOpt,
+    "target_column": TargetColumnOpt,
+    "max_length": MaxLengthOpt,
+    "max_ratio": MaxRatioOpt,
+    "dedup": DedupOpt,
+}
+CLEANING = ("max_length", "max_ratio", "dedup")
+# What most commands take: a source and its two languages (no format, columns or cleaning).
+SOURCE_OPTIONS = tuple(name for name in DATA_OPTIONS if name not in ("data_format", "source_column",
+                                                                     "target_column", *CLEANING))  # fmt: skip
+
+
+def with_data_options(
+    names: tuple[str, ...] = SOURCE_OPTIONS, need: Literal["required", "optional", "recipe"] = "required"
+) -> Callable:
+    """A command decorator: the command takes the data options `names` (keys of `DATA_OPTIONS`), shown
+    where it declares its parameter `data` (and its own `split` option, if any, among them), and
+    receives them as one argument, `data`:
+
+    - need="required": the checked `DataSpec` (`data_spec`; no data source is an error);
+    - need="optional": the checked `DataSpec`, or None when no data source is given;
+    - need="recipe": a dict of the options given (`DataSpec` field -> value), which replace a recipe's
+      keys (`recipe_overrides`); the recipe's `DataSpec` is checked when it loads.
+
+    With "required" and "optional", a spec without `--source-lang`/`--target-lang` takes them from the
+    recipe saved beside the model of the command's `model` option (`hub.publish.recipe_languages`)."""
+    unknown = [name for name in names if name not in DATA_OPTIONS]
+    if unknown:
+        raise ValueError(f"not data options: {unknown}")
+
+    def wrap(command: Callable) -> Callable:
+        from ..data.spec import DATA_SOURCES
+
+        signature = inspect.signature(command, eval_str=True)
+        params = dict(signature.parameters)
+        marker = params["data"]
+        split = params.get("split")
+        chosen = [name for name in DATA_OPTIONS if name in names]
+        block = [inspect.Parameter(name, marker.kind, default=False if name == "dedup" else None,
+                                   annotation=DATA_OPTIONS[name]) for name in chosen]  # fmt: skip
+        if split is not None:
+            at = next((i for i, p in enumerate(block) if p.name in CLEANING), len(block))
+            block.insert(at, split.replace(kind=marker.kind))
+        shown = []
+        for param in params.values():
+            if param.name == "data":
+                shown.extend(block)
+            elif param.name != "split":
+                shown.append(param)
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name in chosen}
+            if need == "recipe":
+                return command(**kwargs, data={name: value for name, value in values.items() if value is not None})
+            if need == "optional" and not any(values.get(name) is not None for name in DATA_SOURCES):
+                return command(**kwargs, data=None)
+            if kwargs.get("model") and not (values.get("source_lang") or values.get("target_lang")):
+                from ..hub.publish import recipe_languages
+
+                values.update(recipe_languages(kwargs["model"]))
+            return command(**kwargs, data=data_spec(**values))
+
+        run.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+        return run
+
+    return wrap
+
+
+def data_spec(**fields: Any) -> DataSpec:
+    """The `DataSpec` of a command's data options (`DataSpec` field -> value), checked (raises `AiaynError`)."""
+    from ..data.spec import DataSpec
+
+    spec = DataSpec(**fields)
+    spec.validate()
+    return spec
 
 
 # Decoding engines (`aiayn translate`, `aiayn evaluate --model`, `aiayn serve`)
@@ -411,47 +498,6 @@ def check_engine(engine: str) -> None:
         raise AiaynError(f"{engine}: choose one of {', '.join(ENGINES)}", key="engine")
 
 
-def data_spec(
-    dataset: str | None = None,
-    dataset_config: str | None = None,
-    data_dir: Path | None = None,
-    prefix: str | None = None,
-    source_file: Path | None = None,
-    target_file: Path | None = None,
-    data_file: Path | None = None,
-    data_format: str | None = None,
-    source_lang: str | None = None,
-    target_lang: str | None = None,
-    source_column: str | None = None,
-    target_column: str | None = None,
-    max_length: int | None = None,
-    max_ratio: float | None = None,
-    dedup: bool = False,
-) -> DataSpec:
-    """The `DataSpec` for the data options of a command, checked (raises `AiaynError`)."""
-    from ..data.spec import DataSpec
-
-    spec = DataSpec(
-        dataset=dataset,
-        dataset_config=dataset_config,
-        data_dir=data_dir,
-        prefix=prefix,
-        source_file=source_file,
-        target_file=target_file,
-        data_file=data_file,
-        data_format=data_format,
-        source_lang=source_lang,
-        target_lang=target_lang,
-        source_column=source_column,
-        target_column=target_column,
-        max_length=max_length,
-        max_ratio=max_ratio,
-        dedup=dedup,
-    )
-    spec.validate()
-    return spec
-
-
 __all__ = [
     "DataDirOpt",
     "DataFileOpt",
@@ -470,14 +516,14 @@ __all__ = [
     "TargetColumnOpt",
     "TargetFileOpt",
     "TargetLangOpt",
+    "HeldOutSplitOpt",
     "check_engine",
     "data_spec",
+    "with_data_options",
 ]
 
 
 # Recipe keys from the command line (`aiayn train`, `aiayn prepare`)
-
-DATA_SOURCES = ("dataset", "data_dir", "prefix", "source_file", "target_file", "data_file")
 
 
 def recipe_overrides(set_values: list[str] | None, data: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
@@ -487,6 +533,7 @@ def recipe_overrides(set_values: list[str] | None, data: dict[str, Any], flags: 
     import yaml
 
     from .. import yaml_text
+    from ..data.spec import DATA_SOURCES
 
     overrides: dict[str, Any] = {}
     for item in set_values or []:

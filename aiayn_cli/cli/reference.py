@@ -112,6 +112,8 @@ def command_options(app=None) -> dict[str, list[OptionRow]]:
     """Each command's visible arguments and options (without --help), in the order of its help."""
     import typer
 
+    from .command import shown_required
+
     group = typer.main.get_command(app or _app())
     found: dict[str, list[OptionRow]] = {}
     for name, command in group.commands.items():  # type: ignore[attr-defined]
@@ -121,7 +123,7 @@ def command_options(app=None) -> dict[str, list[OptionRow]]:
                 continue
             if param.param_type_name == "argument":
                 label = param.metavar or param.name.upper()
-                rows.append(OptionRow(label, "", "", param.help or "", None, None, param.required))
+                rows.append(OptionRow(label, "", "", param.help or "", None, None, shown_required(name, param)))
                 continue
             longs = [opt for opt in [*param.opts, *param.secondary_opts] if opt.startswith("--")]
             shorts = [opt for opt in param.opts if not opt.startswith("--")]
@@ -135,7 +137,7 @@ def command_options(app=None) -> dict[str, list[OptionRow]]:
                     param.help or "",
                     long,
                     shorts[0] if shorts else None,
-                    param.required,
+                    shown_required(name, param),
                 )
             )
         found[name] = rows

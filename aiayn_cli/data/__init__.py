@@ -4,7 +4,7 @@ token-count batches of §5.1 (`batching`), and data prepared once for every run 
 
 from typing import TYPE_CHECKING
 
-from .. import lazy_exports
+from ..lazy import lazy_exports
 
 _EXPORTS = {"CleaningReport": ".corpus", "DataSpec": ".spec", "load_split": ".corpus"}
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 PAIR = ("source_file", "target_file")
+# The fields that name where the data is: a spec gives one of them (the pair of files counts as one).
+DATA_SOURCES = ("dataset", "data_dir", "prefix", "source_file", "target_file", "data_file")
 
 
 @dataclass
@@ -63,7 +65,7 @@ class DataSpec:
 
     def validate(self) -> None:
         """Raise `AiaynError` for a spec that names no source, or more than one, or bad limits."""
-        sources = ("dataset", "data_dir", "prefix", "source_file", "data_file")
+        sources = tuple(name for name in DATA_SOURCES if name != "target_file")
         given = [name for name in sources if getattr(self, name) or (name == "source_file" and self.target_file)]
         if not given:
             raise AiaynError(
@@ -125,4 +127,4 @@ class PairStream:
     fingerprint: Callable[[], str]
 
 
-__all__ = ["PAIR", "DataSpec", "PairStream", "file_format"]
+__all__ = ["DATA_SOURCES", "PAIR", "DataSpec", "PairStream", "file_format"]

@@ -1,10 +1,13 @@
 """Decoding (§6.1): the searches (`search`: beam search with GNMT's length penalty, sampling), the
 incremental decoder they drive (`incremental`), and `Translator`, which turns text into text
-(`translator`). `defaults` declares the decoding options and the limits, without importing torch."""
+(`translator`) with an engine (`engines`): aiayn's own decoder (`torch_engine`) or CTranslate2
+(`ctranslate2_engine`, on the model converted by `ctranslate2_convert`, as `aiayn export` writes
+it, and kept in `ctranslate2_cache`). `defaults` declares the decoding options and the limits,
+without importing torch."""
 
 from typing import TYPE_CHECKING
 
-from .. import lazy_exports
+from ..lazy import lazy_exports
 
 _EXPORTS = {
     "DecodingOptions": ".defaults",

@@ -1,325 +1,80 @@
-"""Decoding engines: `torch`, aiayn's own decoder (`Translator`: the paper's search, every option), and
-`ctranslate2`, the same model run by CTranslate2 (`CTranslate2Translator`).
+"""Decoding engines: what turns a batch of source token ids into hypotheses. `Translator` (text <->
+ids, batching, the order of the outputs) holds one and calls its one method, `decode`.
 
     from aiayn_cli.decoding import Translator
 
     translator = Translator.from_pretrained("runs/base", engine="ctranslate2", dtype="int8")
-    translator.translate(["A man rides a bike."], length_penalty_style="hf")
+    translator.translate(["A man rides a bike."])
 
-The `ctranslate2` engine converts the model once with `aiayn export --to ctranslate2`'s code
-(float32; CTranslate2 quantizes when it loads, so one folder serves every precision) into the cache
-folder (`cache_dir()`), under a key made of the weights, the configuration, the vocabulary and the
-converter's version: a second run with the same model loads the converted folder as it is.
-Everything around the decoder is `Translator`'s (tokenization, `on_long`, batching, the order of the
-outputs, detokenization); only `_decode` differs.
+* `torch` (`torch_engine.TorchEngine(model, device, dtype)`): aiayn's own decoder, every option.
+* `ctranslate2` (`ctranslate2_engine.CTranslate2Engine(model_path, output_cap, device, compute_type)`):
+  the model converted once into a cache folder (`ctranslate2_cache`) and decoded by CTranslate2.
 
-CTranslate2 does what aiayn's search does where it has the option (`ctranslate2_options`), and an
-option it has not is refused in one line rather than replaced by another: its beam search ranks
-finished hypotheses by |Y|^alpha (`length_penalty_style hf`), not by the paper's GNMT penalty, so a
-beam search with `gnmt` and alpha != 0 is refused. Greedy search and sampling do not depend on the
-penalty, so there the score is computed under either style. Where aiayn forces `</s>` at a
-sentence's maximum length, CTranslate2 returns the hypothesis unfinished (cut to that length here).
+The two differ by their constructor's arguments, as CTranslate2's own `Translator(model_path,
+device, compute_type)` and torch's `device` and `dtype` do; `make_engine` builds either from a
+loaded model and aiayn's names for the device and the precision.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import AiaynError
-from .defaults import ENGINES
-from .search import DecodingOptions, Hypothesis, length_penalty, max_output_lengths, output_length_cap
-from .translator import INT8, Translator
+from .defaults import ENGINES, DecodingOptions
 
-# Part of the cache key: a change to what `save_ctranslate2` writes makes every cached folder stale.
-CONVERTER_VERSION = 1
-
-# aiayn's dtype (--precision, --quantization int8) -> CTranslate2's compute_type. CTranslate2 has no bfloat16 or float16 on CPUs
-# (`ctranslate2.get_supported_compute_types("cpu")`); auto is float32 there, the precision whose
-# translations are the torch engine's (its int8 is a choice, as for the torch engine).
-COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
-TORCH_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+if TYPE_CHECKING:  # pragma: no cover
+    from .search import Hypothesis
 
 
-def engine_class(engine: str) -> type[Translator]:
-    """The `Translator` class of an engine name, or an `AiaynError` keyed `engine`."""
+class Engine(Protocol):
+    """A decoder: `name` (the --engine value), `device` and `precision` (what decodes, as reported)."""
+
+    name: str
+    precision: str
+
+    def decode(self, sources: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
+        """Each source's hypotheses, best first (`options.nbest` of them): `sources` are token ids
+        ending with `</s>`, `Hypothesis.tokens` ids without `<s>` and `</s>`."""
+        ...
+
+
+def check_engine(engine: str) -> None:
+    """An `AiaynError` keyed `engine` unless `engine` is one of `ENGINES`."""
+    if engine not in ENGINES:
+        raise AiaynError(f"{engine}: choose one of {', '.join(ENGINES)}", key="engine")
+
+
+def make_engine(engine: str, model, tokenizer, device=None, dtype=None, cache: str | Path | None = None) -> Engine:
+    """The engine named `engine` for a loaded `model` and `tokenizer`, on aiayn's `device` (auto, cpu,
+    cuda[:N], mps) in aiayn's `dtype` (auto, fp32, bf16, fp16, int8). The ctranslate2 engine converts
+    the model into `cache` (default `ctranslate2_cache.cache_dir()`) unless it is there, and leaves
+    the model's weights on the meta device (the configuration stays readable)."""
+    check_engine(engine)
     if engine == "torch":
-        return Translator
-    if engine == "ctranslate2":
-        return CTranslate2Translator
-    raise AiaynError(f"{engine}: choose one of {', '.join(ENGINES)}", key="engine")
+        from .torch_engine import TorchEngine
+
+        return TorchEngine(model, device=device, dtype=dtype)
+
+    import torch
+
+    from .ctranslate2_cache import converted_folder
+    from .ctranslate2_engine import CTranslate2Engine, compute_type, ctranslate2_device, needs_ctranslate2
+    from .search import output_length_cap
+
+    needs_ctranslate2()
+    kind, index = ctranslate2_device(device)
+    if isinstance(dtype, torch.dtype):
+        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    chosen = compute_type(dtype, kind)
+    folder, converted = converted_folder(model, tokenizer, cache)
+    model.to("meta")  # the weights live in CTranslate2 now
+    ct2 = CTranslate2Engine(
+        folder, output_length_cap(model), device=kind, device_index=index, compute_type=chosen,
+        threads=torch.get_num_threads(),
+    )  # fmt: skip
+    ct2.converted = converted  # whether this call converted it (the tests' and benchmarks' question)
+    return ct2
 
 
-# ---------------------------------------------------------------------------------------------
-# The converted folder, once per model
-# ---------------------------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    """Where converted models are kept: $AIAYN_CACHE, else $XDG_CACHE_HOME/aiayn, else ~/.cache/aiayn."""
-    if os.environ.get("AIAYN_CACHE"):
-        return Path(os.environ["AIAYN_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "aiayn"
-
-
-def model_key(model, tokenizer) -> str:
-    """A hash of everything the converted folder depends on: the weights (names, dtypes, shapes and
-    bytes), the configuration, the vocabulary and its special tokens, and the converter's version."""
-    import ctranslate2
-
-    digest = hashlib.sha256()
-    digest.update(f"aiayn-ctranslate2 {CONVERTER_VERSION} ctranslate2 {ctranslate2.__version__}\n".encode())
-    config = {k: v for k, v in model.config.to_dict().items() if not k.startswith("_") and k != "transformers_version"}
-    digest.update(json.dumps(config, sort_keys=True, default=str).encode())
-    tokens = tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))
-    specials = [tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token, tokenizer.pad_token]
-    digest.update(json.dumps([tokens, specials]).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().data)
-    return digest.hexdigest()[:32]
-
-
-def converted_folder(model, tokenizer, cache: str | Path | None = None) -> tuple[Path, bool]:
-    """The model's CTranslate2 folder in the cache, converted now if it is not there yet; (folder,
-    whether it was converted now). Two processes converting at once both succeed: the first folder
-    in place stays (`staging_dir(keep_existing=True)`)."""
-    from ..serving.ctranslate2 import save_ctranslate2
-
-    folder = Path(cache if cache is not None else cache_dir()) / "ctranslate2" / model_key(model, tokenizer)
-    if (folder / "model.bin").is_file():
-        return folder, False
-    try:
-        save_ctranslate2(model.float(), tokenizer, folder, keep_existing=True)
-    except OSError as err:
-        raise AiaynError(
-            f"{folder}: cannot write the converted model there ({err.strerror or err}); "
-            "set AIAYN_CACHE to a writable folder"
-        ) from None
-    return folder, True
-
-
-# ---------------------------------------------------------------------------------------------
-# Options
-# ---------------------------------------------------------------------------------------------
-
-
-def ctranslate2_options(options: DecodingOptions) -> dict:
-    """`translate_batch`'s arguments for `options` (the length limits apart), or an `AiaynError`
-    naming the option CTranslate2 cannot honour."""
-    search = options.num_beams > 1 and not options.do_sample
-    if search and options.length_penalty_style == "gnmt" and options.length_penalty != 0:
-        raise AiaynError(
-            "gnmt: CTranslate2's beam search ranks by |Y|^alpha, not by the paper's GNMT penalty; "
-            "use {length_penalty_style} hf (or {engine} torch)",
-            key="length_penalty_style",
-            mentions=("length_penalty_style", "engine"),
-        )
-    arguments = dict(
-        num_hypotheses=options.nbest,
-        length_penalty=options.length_penalty,
-        return_scores=True,
-        return_end_token=True,
-        max_input_length=0,  # the sources are cut to the model's limit already (`on_long`)
-    )
-    if search:
-        return {**arguments, "beam_size": options.num_beams, "sampling_topk": 1}
-    if not options.do_sample:  # greedy
-        return {**arguments, "beam_size": 1, "sampling_topk": 1}
-    return {
-        **arguments,
-        "beam_size": 1,
-        "sampling_topk": options.top_k,  # 0: the whole vocabulary, as aiayn's top_k 0
-        "sampling_topp": options.top_p,
-        "sampling_temperature": options.temperature,
-    }
-
-
-def compute_type(dtype: str | None, device: str) -> str:
-    """CTranslate2's compute_type for aiayn's dtype (--precision, --quantization) on `device` (cpu or cuda), or an `AiaynError`."""
-    import ctranslate2
-
-    supported = ctranslate2.get_supported_compute_types(device)
-    if dtype in (None, "auto"):
-        chosen = "bfloat16" if device == "cuda" and "bfloat16" in supported else "float32"
-    elif dtype in COMPUTE_TYPES:
-        chosen = COMPUTE_TYPES[dtype]
-    else:
-        raise AiaynError(f"{dtype}: choose one of auto, {', '.join(COMPUTE_TYPES)}", key="dtype")
-    if chosen not in supported:
-        names = [name for name, kind in COMPUTE_TYPES.items() if kind in supported and name != INT8]
-        int8 = "; {quantization} int8 for its int8" if COMPUTE_TYPES[INT8] in supported else ""
-        raise AiaynError(
-            f"{dtype}: CTranslate2 has no {chosen} on {device} here; choose one of auto, {', '.join(names)}{int8}",
-            key="dtype",
-            mentions=("quantization",),
-        )
-    return chosen
-
-
-# ---------------------------------------------------------------------------------------------
-# The engine
-# ---------------------------------------------------------------------------------------------
-
-
-class CTranslate2Translator(Translator):
-    """`Translator` decoding with CTranslate2 on the model converted once (`converted_folder`).
-
-    The PyTorch weights are dropped once converted (the model stays on the meta device for its
-    configuration and generation_config). Threads: PyTorch's count (`torch.set_num_threads`, as
-    `aiayn translate --threads` sets it): on a CPU, a batch of fewer than two sentences per thread is
-    decoded by one replica with every thread on each operation (`intra_threads`), a larger one by one
-    single-thread replica per thread, each decoding a part of it (`inter_threads`; `translator_for`).
-    """
-
-    engine = "ctranslate2"
-
-    def __init__(self, model, tokenizer, device=None, dtype=None, cache: str | Path | None = None):
-        self.cache = cache
-        super().__init__(model, tokenizer, device=device, dtype=dtype)
-
-    def _prepare(self, device, dtype) -> None:
-        try:
-            import ctranslate2  # noqa: F401  (the extra is installed)
-        except ImportError:
-            raise AiaynError(
-                "ctranslate2: needs CTranslate2: pip install 'aiayn-cli[ctranslate2]'", key="engine"
-            ) from None
-        kind, index = ctranslate2_device(device)
-        self.compute_type = compute_type(TORCH_DTYPES.get(dtype, dtype), kind)
-        self.folder, self.converted = converted_folder(self.model, self.tokenizer, self.cache)
-        self.model = self.model.to("meta")  # the weights live in CTranslate2 now
-        self.device = torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
-        self.precision = self.compute_type
-        self.threads = torch.get_num_threads()
-        self.ctranslate2 = self._load(kind, index)
-        self.replicas = None  # one replica per thread, loaded for the first batch that takes them
-
-    def _load(self, kind: str, index: int, replicas: bool = False):
-        import ctranslate2
-
-        return ctranslate2.Translator(
-            str(self.folder),
-            device=kind,
-            device_index=index,
-            compute_type=self.compute_type,
-            intra_threads=1 if replicas else self.threads,
-            inter_threads=self.threads if replicas else 1,
-        )
-
-    def translator_for(self, sentences: int):
-        """(CTranslate2 translator, `max_batch_size`) for a batch of `sentences`: one replica with every
-        thread on each operation, or, on a CPU where each of several threads gets two sentences or more,
-        one single-thread replica per thread decoding a part each. `benchmarks/bench_decode.py` measures
-        both (ct2_direct, ct2_direct_inter): the parts run faster from two sentences a thread on, in
-        float32 and int8 (docs/engines.md)."""
-        if self.device.type != "cpu" or self.threads < 2 or sentences < 2 * self.threads:
-            return self.ctranslate2, 0
-        if self.replicas is None:
-            self.replicas = self._load("cpu", 0, replicas=True)
-        return self.replicas, -(-sentences // self.threads)
-
-    def decoding_options(self, **overrides) -> DecodingOptions:
-        """`Translator.decoding_options`, refused in one line where CTranslate2 cannot decode so."""
-        options = super().decoding_options(**overrides)
-        ctranslate2_options(options)
-        return options
-
-    def _decode(self, sources: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
-        import ctranslate2
-
-        if self.head_masks is not None:
-            raise AiaynError(
-                "head masks change aiayn's own decoder: use them with {engine} torch", mentions=("engine",)
-            )
-        arguments = ctranslate2_options(options)
-        tokens = [self.tokenizer.convert_ids_to_tokens(ids) for ids in sources]
-        max_lens = max_output_lengths([len(s) for s in sources], options, output_length_cap(self.model))
-        translator, part = self.translator_for(len(tokens))
-        if options.do_sample and options.seed is not None:
-            # CTranslate2's workers seed their generators when they start: a seeded call gets its own.
-            ctranslate2.set_random_seed(options.seed)
-            translator, part = self._load(self.device.type, self.device.index or 0), 0
-        search = options.num_beams > 1 and not options.do_sample
-        if search:  # every candidate the beam ends with: those cut at their limit are ranked again below
-            arguments["num_hypotheses"] = options.num_beams
-        results = translator.translate_batch(
-            tokens,
-            max_batch_size=part,  # parts decoded at once by the replicas (0: the whole batch)
-            max_decoding_length=max(max_lens) + 1,  # the tokens and </s>
-            min_decoding_length=options.min_len,
-            **arguments,
-        )
-        hypotheses = [self._hypotheses(result, limit, options) for result, limit in zip(results, max_lens)]
-        self._end_at_the_limit(translator, tokens, hypotheses, options)
-        for i, hyps in enumerate(hypotheses):
-            if search:  # a prefix cut at the limit may be another candidate too: the better one stays
-                hyps = list({tuple(h.tokens): h for h in sorted(hyps, key=lambda h: h.score)}.values())
-            hypotheses[i] = sorted(hyps, key=lambda h: h.score, reverse=True)[: options.nbest]
-        return hypotheses
-
-    def _hypotheses(self, result, limit: int, options: DecodingOptions) -> list[Hypothesis]:
-        """aiayn's hypotheses from CTranslate2's: ids without `</s>`, log p, and the score under the
-        style asked for (CTranslate2's score is log p / |Y|^alpha, |Y| counting `</s>` where it ended).
-        A hypothesis that did not end within `limit` tokens is cut there, its log p left as NaN for
-        `_end_at_the_limit`."""
-        alpha, eos = options.length_penalty, self.tokenizer.eos_token
-        hypotheses = []
-        for tokens, score in zip(result.hypotheses, result.scores):
-            ended = bool(tokens) and tokens[-1] == eos
-            tokens = tokens[:-1] if ended else tokens
-            if ended and len(tokens) <= limit:
-                log_prob = score * length_penalty(len(tokens) + 1, alpha, "hf")
-                lp = length_penalty(len(tokens) + 1, alpha, options.length_penalty_style)
-                hypotheses.append(Hypothesis(self.tokenizer.convert_tokens_to_ids(tokens), log_prob / lp, log_prob))
-            else:
-                hypotheses.append(Hypothesis(self.tokenizer.convert_tokens_to_ids(tokens[:limit]), math.nan, math.nan))
-        return hypotheses
-
-    def _end_at_the_limit(self, translator, sources: list[list[str]], hypotheses, options: DecodingOptions) -> None:
-        """As aiayn's search forces `</s>` at a sentence's maximum length: the hypotheses cut there are
-        scored with `</s>` after them (CTranslate2's `score_batch`: log p of the tokens and `</s>`)."""
-        cut = [(i, h) for i, hyps in enumerate(hypotheses) for h in hyps if math.isnan(h.log_prob)]
-        if not cut:
-            return
-        targets = [self.tokenizer.convert_ids_to_tokens(h.tokens) for _, h in cut]
-        scored = translator.score_batch([sources[i] for i, _ in cut], targets, max_input_length=0)
-        for (_, hypothesis), result in zip(cut, scored):
-            hypothesis.log_prob = float(sum(result.log_probs))
-            lp = length_penalty(len(hypothesis.tokens) + 1, options.length_penalty, options.length_penalty_style)
-            hypothesis.score = hypothesis.log_prob / lp
-
-
-def ctranslate2_device(device: str | torch.device | None) -> tuple[str, int]:
-    """CTranslate2's device and index for aiayn's --device: auto is cuda where CTranslate2 sees a GPU."""
-    import ctranslate2
-
-    name = str(device) if device is not None else "auto"
-    if name == "auto":
-        return ("cuda", 0) if ctranslate2.get_cuda_device_count() > 0 else ("cpu", 0)
-    kind, _, index = name.partition(":")
-    if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
-        raise AiaynError(f"{name}: CTranslate2 runs on cpu, cuda or cuda:N", key="device")
-    if kind == "cuda" and ctranslate2.get_cuda_device_count() <= int(index or 0):
-        raise AiaynError(f"{name}: CTranslate2 sees no such CUDA device here", key="device")
-    return kind, int(index or 0)
-
-
-__all__ = [
-    "CONVERTER_VERSION",
-    "ENGINES",
-    "CTranslate2Translator",
-    "cache_dir",
-    "compute_type",
-    "converted_folder",
-    "ctranslate2_options",
-    "engine_class",
-    "model_key",
-]
+__all__ = ["ENGINES", "Engine", "check_engine", "make_engine"]

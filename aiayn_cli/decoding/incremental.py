@@ -16,8 +16,8 @@ module adds is only how the work is laid out:
   (the beams of a sentence are the queries of one attention call); the self-attention keys and
   values live in preallocated tensors, written in place. At a beam step a hypothesis's cache stays in
   its slot for the first row that continues it and is copied for each further one
-  (`IncrementalDecoder._keep_slots`); where the rows change otherwise, one `index_select` for all
-  layers moves them into place, and the rows of finished sentences are dropped, so that the batch
+  (`IncrementalDecoder._keep_slots`, on CPUs: `CACHE_SLOT_DEVICES`); where the rows change otherwise,
+  and at every step on other devices, one `index_select` for all layers moves them into place, and the rows of finished sentences are dropped, so that the batch
   shrinks as sentences finish.
 """
 
@@ -45,6 +45,12 @@ from ..precision import onednn_amx
 UNSUPPORTED_CONFIG_FIELDS: frozenset[str] = frozenset()
 
 PROJECTION_DTYPES = ("float", "int8")
+
+# The devices on which a beam step keeps each row's cache in its slot and copies only the rows continued
+# more than once (`IncrementalDecoder._keep_slots`); elsewhere one `index_select` moves every row. On a
+# CPU the copies are fewer bytes; on a GPU their many small copies and the host's bookkeeping cost more
+# than the one gather (`benchmarks/bench_decode_gpu.py --cache-paths` times both; CHANGELOG).
+CACHE_SLOT_DEVICES = frozenset({"cpu"})
 
 # A float32 linear map whose weight has at most `SMALL_WEIGHT` elements, called on at most `FEW_ROWS`
 # rows, runs faster as the BLAS GEMM on the weight stored transposed than as oneDNN's prepacked kernel,
@@ -100,10 +106,10 @@ def prepacked_linear(
     """x -> x W^T + b (max(0, .) with `relu`, fused) as oneDNN's GEMM on W packed once; None where it
     does not run (not on a CPU, no oneDNN, a dtype without a kernel: fp16 on most CPUs).
 
-    This is the kernel `torch.compile` uses for frozen CPU linears, which runs 2-3x faster than the BLAS
-    call of `F.linear` on CPUs where MKL does not use AVX-512 (AMD). Its operators are private to
-    PyTorch (`torch.ops.mkldnn._reorder_linear_weight`, `_linear_pointwise`): this is the one place
-    that names them.
+    This is the kernel `torch.compile` uses for frozen CPU linears, faster than the BLAS call of
+    `F.linear` on CPUs where MKL does not use AVX-512 (AMD; `benchmarks/bench_gemm.py` measures both).
+    Its operators are private to PyTorch (`torch.ops.mkldnn._reorder_linear_weight`,
+    `_linear_pointwise`): this is the one place that names them.
     """
     if weight.device.type != "cpu" or not _onednn_available():
         return None
@@ -333,9 +339,8 @@ class PreparedModel:
         """Two flat tensors of at least `numel` elements for a `DecodingState`: the smallest that a
         finished decode gave back (`give_back`) where one is large enough, else new ones.
 
-        A batch's key/value cache is tens to hundreds of MB. Allocated anew for every batch, each of
-        its pages is faulted in (zeroed by the kernel) again, which at beam 4 and 32 sentences costs
-        about a tenth of the decoding time. Taken memory belongs to one decoder until it is given back,
+        A batch's key/value cache is tens to hundreds of MB: allocated anew for every batch, each of
+        its pages would be faulted in (zeroed by the kernel) again. Taken memory belongs to one decoder until it is given back,
         so decoders that run at the same time (threads, or interleaved by hand) never share it.
         """
         with self._lock:
@@ -507,6 +512,7 @@ class IncrementalDecoder:
         max_rows: int,
         prepared: PreparedModel | None = None,
         head_masks: dict[str, torch.Tensor] | None = None,
+        keep_slots: bool | None = None,
     ):
         """
         Args:
@@ -517,6 +523,8 @@ class IncrementalDecoder:
             prepared: the model's prepared modules (default: prepared now).
             head_masks: the model's forward arguments `head_mask`, `decoder_head_mask`,
                 `cross_attn_head_mask` (`(N, h)` each, any of them), applied at every step.
+            keep_slots: whether beam steps keep each row's cache in its slot (`_keep_slots`) or move
+                every row (default: by the device, `CACHE_SLOT_DEVICES`); the logits are the same.
         """
         self.prepared = prepared if prepared is not None else PreparedModel(model)
         weight = model.lm_head.weight
@@ -531,12 +539,15 @@ class IncrementalDecoder:
         _keep_positions(self.prepared.decoder.embed_positions, capacity, weight)  # not at every step
         self.state.cache = self.state.cache[: input_ids.size(0)]
         self.batch, self.rows_per_sentence = input_ids.size(0), 1
+        if keep_slots is None:
+            keep_slots = weight.device.type in CACHE_SLOT_DEVICES
+        self.keep_slots = keep_slots
         self.slots: list[int] | None = None  # where each row's cache is (None: row i in row i)
         self._to_slots = self._from_slots = None  # the same as index tensors: rows -> slots, slots -> rows
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> None:
         same_shape = sentences.numel() == self.batch and rows.numel() == self.batch * self.rows_per_sentence
-        if same_shape and self.rows_per_sentence > 1:  # the common beam step: the same sentences and beams
+        if self.keep_slots and same_shape and self.rows_per_sentence > 1:  # the common beam step
             self._keep_slots(rows.tolist())
             return
         if self.slots is not None:
@@ -603,6 +614,7 @@ class IncrementalDecoder:
 
 
 __all__ = [
+    "CACHE_SLOT_DEVICES",
     "DecodingState",
     "IncrementalDecoder",
     "LayerNorm",

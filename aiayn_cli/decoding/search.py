@@ -3,7 +3,7 @@
 "We used beam search with a beam size of 4 and length penalty alpha = 0.6 [38]. [...] We set the
 maximum output length during inference to input length + 50, but terminate early when possible."
 
-Two parts:
+Two parts, and how a batch meets a CPU's threads (`parallel.py`: split into parts, one thread each):
 
 * `IncrementalDecoder` (`aiayn_cli/decoding/incremental.py`) calls the model's own `Encoder` and
   `Decoder` one target position at a time, with in-place key/value caches, dropping the rows of
@@ -31,9 +31,7 @@ Beam search semantics (fairseq's, and Hugging Face's `early_stopping=True`):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,6 +41,7 @@ import torch.nn.functional as F
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
 from .defaults import LENGTH_PENALTY_STYLES, DecodingOptions
 from .incremental import IncrementalDecoder, PreparedModel
+from .parallel import cpu_threads_for, decode_in_parts, parallel_parts
 
 # The options (`DecodingOptions`, what they take, how each front end spells them) are declared in
 # `defaults.py`, which needs no torch; the searches below read them.
@@ -368,9 +367,8 @@ def decode(
 ) -> list[list[Hypothesis]]:
     """Translate one padded batch: each sentence's hypotheses, best first (`options.nbest` of them).
 
-    On a CPU with several threads (`torch.set_num_threads`) a large batch is split into one part per
-    thread, each decoded on one thread of its own (`parallel_parts`); a sentence's hypotheses do not
-    depend on the sentences decoded beside it, so the result is the same.
+    On a CPU with several threads a large batch is decoded in parts, one thread each
+    (`parallel.decode_in_parts`); the result is the same.
 
     Args:
         input_ids (`(B, S)`), attention_mask (`(B, S)`, 1 for tokens): the source batch, on the model's device.
@@ -385,134 +383,40 @@ def decode(
     else:
         lengths = attention_mask.sum(-1).tolist()
     max_lens = max_output_lengths(lengths, options, output_length_cap(model))
-    parts = parallel_parts(len(max_lens), strategy_for(options).rows(options), options, input_ids.device)
-    if parts == 1:
-        return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared, head_masks)
-    prepared = prepared if prepared is not None else PreparedModel(model)  # once, for every part
-    threads = torch.get_num_threads()
-    jobs = []
-    for sentences in torch.arange(len(max_lens)).tensor_split(parts):
-        first, last = int(sentences[0]), int(sentences[-1]) + 1
-        width = max(lengths[first:last]) if attention_mask is not None else input_ids.size(1)
-        mask = attention_mask[first:last, :width] if attention_mask is not None else None
-        jobs.append((input_ids[first:last, :width], mask, max_lens[first:last]))
-    try:
-        with ThreadPoolExecutor(parts, thread_name_prefix="aiayn-decode") as pool:
-            futures = [pool.submit(_decode_on_one_thread, model, *job, options, prepared, head_masks) for job in jobs]
-            return [hyps for future in futures for hyps in future.result()]
-    finally:
-        torch.set_num_threads(threads)  # the workers' calls set the process-wide count to 1
-
-
-def _decode_part(
-    model: AiaynForConditionalGeneration,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    max_lens: list[int],
-    options: DecodingOptions,
-    prepared: PreparedModel | None,
-    head_masks: dict[str, torch.Tensor] | None = None,
-) -> list[list[Hypothesis]]:
-    """`decode()` of a batch on the calling thread (on one CPU thread where its steps are small)."""
-    config = model.config
     strategy = strategy_for(options)
-    rows = input_ids.size(0) * strategy.rows(options)
-    with cpu_threads_for(rows * config.d_model, input_ids.device):
-        decoder = IncrementalDecoder(
-            model,
-            input_ids,
-            attention_mask,
-            capacity=max(max_lens) + 1,
-            max_rows=rows,
-            prepared=prepared,
-            head_masks=head_masks,
-        )
-        try:
-            bos, eos = config.decoder_start_token_id, config.eos_token_id
-            return strategy.search(decoder, max_lens, options, bos, eos, input_ids.device)
-        finally:
-            decoder.release()  # its cache memory serves the next batch
+    prepared = prepared if prepared is not None else PreparedModel(model)  # once, for every part
+    config = model.config
 
+    def decode_part(ids: torch.Tensor, mask: torch.Tensor | None, part_max_lens: list[int]) -> list[list[Hypothesis]]:
+        rows = ids.size(0) * strategy.rows(options)
+        with cpu_threads_for(rows * config.d_model, ids.device):
+            decoder = IncrementalDecoder(
+                model,
+                ids,
+                mask,
+                capacity=max(part_max_lens) + 1,
+                max_rows=rows,
+                prepared=prepared,
+                head_masks=head_masks,
+            )
+            try:
+                bos, eos = config.decoder_start_token_id, config.eos_token_id
+                return strategy.search(decoder, part_max_lens, options, bos, eos, ids.device)
+            finally:
+                decoder.release()  # its cache memory serves the next batch
 
-def _decode_on_one_thread(
-    model, input_ids, attention_mask, max_lens, options, prepared, head_masks=None
-) -> list[list[Hypothesis]]:
-    """A worker of `decode()`: its part of the batch on this thread alone (OpenMP's and MKL's thread
-    counts are per thread; inference mode is too)."""
-    torch.set_num_threads(1)
-    with torch.inference_mode():
-        return _decode_part(model, input_ids, attention_mask, max_lens, options, prepared, head_masks)
-
-
-# A decoding step's matrix products are (rows, d_model) times a weight: up to this many elements in
-# the rows, splitting them over CPU threads costs more in synchronisation than it saves on CPUs with
-# AVX-512 and no AMX (measured on an AMD EPYC with AVX512-BF16); above it two threads share each
-# operation (`python benchmarks/bench_decode.py --threads 1 2` measures both; docs/engines.md).
-ONE_THREAD_MAX_ELEMENTS = 2048
-
-# Where two threads win from one sentence on, a step being bound by reading its weights (two threads
-# read them faster): CPUs whose ATen kernels are AVX2 (no AVX-512), and CPUs with AMX (Intel Xeon, 4th
-# generation on; `bench_decode.intel-xeon-amx.threads.json`).
-ONE_THREAD_MAX_ELEMENTS_BY_KIND = {"AVX2": 0, "AMX": 0}
-
-
-def one_thread_max_elements() -> int:
-    """The most row elements (rows x d_model) of a step decoded on one CPU thread, for this CPU's kind:
-    its ATen kernels (`torch.backends.cpu.get_cpu_capability()`), or AMX where it has AVX-512 and AMX."""
-    kind = torch.backends.cpu.get_cpu_capability()
-    if kind != "AVX2" and torch.cpu._is_amx_tile_supported():
-        kind = "AMX"
-    return ONE_THREAD_MAX_ELEMENTS_BY_KIND.get(kind, ONE_THREAD_MAX_ELEMENTS)
-
-
-# Where every thread gets at least this many rows, a batch is split over the threads (`parallel_parts`).
-SPLIT_MIN_ROWS = 64
-
-
-def parallel_parts(sentences: int, rows_per_sentence: int, options: DecodingOptions, device: torch.device) -> int:
-    """Into how many parts `decode()` splits a batch of `sentences`, each part decoded on a CPU thread
-    of its own: one part per thread of PyTorch's count where each gets at least `SPLIT_MIN_ROWS` rows
-    (sentences x beams), else 1 (the threads share each operation, or one thread decodes).
-
-    Parts share no work: each thread runs every operation of its part alone, without waiting for the
-    other threads at every operation of a step, but each reads every weight itself, which costs where
-    the rows are few (`bench_decode.py` measures both against CTranslate2's `inter_threads`). Not for
-    sampling: its random numbers would then depend on the split (and so on the thread count)."""
-    threads = torch.get_num_threads()
-    if device.type != "cpu" or options.do_sample or sentences * rows_per_sentence < SPLIT_MIN_ROWS * threads:
-        return 1
-    return min(threads, sentences)
-
-
-@contextmanager
-def cpu_threads_for(elements: int, device: torch.device) -> Iterator[None]:
-    """Decode on one CPU thread where a step's rows hold at most `one_thread_max_elements()` values
-    (rows x d_model), on PyTorch's thread count (`torch.set_num_threads`, the most used) elsewhere."""
-    threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1 or elements > one_thread_max_elements():
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    parts = parallel_parts(len(max_lens), strategy.rows(options), options, input_ids.device)
+    return decode_in_parts(decode_part, input_ids, attention_mask, max_lens, parts)
 
 
 __all__ = [
-    "ONE_THREAD_MAX_ELEMENTS",
-    "ONE_THREAD_MAX_ELEMENTS_BY_KIND",
-    "SPLIT_MIN_ROWS",
     "DecodingOptions",
     "Hypothesis",
     "beam_search",
-    "cpu_threads_for",
     "decode",
     "length_penalty",
     "max_output_lengths",
-    "one_thread_max_elements",
     "output_length_cap",
-    "parallel_parts",
     "STRATEGIES",
     "Strategy",
     "greedy_search",

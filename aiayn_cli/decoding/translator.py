@@ -24,6 +24,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
+from pathlib import Path
 
 import torch
 
@@ -32,63 +33,26 @@ from ..data.vocabulary import check_tokenizer, model_vocabulary
 from ..errors import AiaynError
 from ..model.loading import load_pretrained
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from ..precision import inference_dtype
 from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
+from .engines import Engine, check_engine, make_engine
 from .incremental import PreparedModel
-from .search import DecodingOptions, Hypothesis, decode
+from .search import DecodingOptions, Hypothesis
 
 logger = logging.getLogger(__name__)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
-INT8 = "int8"  # CPUs: int8 weights for the linear maps, float32 for the rest and the activations
-DEVICES = ("auto", "cpu", "cuda", "mps")
 DECODING_OPTIONS = {f.name for f in fields(DecodingOptions)}
 
 
-def pick_device(device: str | None = None) -> torch.device:
-    """`device`, or the best one here: cuda, then mps, then cpu."""
-    if device not in (None, "auto"):
-        try:
-            chosen = torch.device(device)
-        except RuntimeError as err:
-            raise AiaynError(f"{device}: not a device ({err})", key="device") from None
-        if chosen.type == "cuda" and not torch.cuda.is_available():
-            raise AiaynError(f"{device}: CUDA is not available here", key="device")
-        if chosen.type == "mps" and not torch.backends.mps.is_available():
-            raise AiaynError(f"{device}: MPS is not available here", key="device")
-        return chosen
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def pick_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
-    """`dtype`; None: fp32; "auto": bf16 where `device` computes it natively, else fp32 (`aiayn_cli.precision`)."""
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return inference_dtype(device)
-    if dtype not in DTYPES:
-        raise AiaynError(f"{dtype}: choose one of auto, {', '.join(DTYPES)}", key="dtype")
-    return DTYPES[dtype]
-
-
 class Translator:
-    """A model and its tokenizer on one device, ready to translate.
-
-    The decoder's projections are prepared from the weights once, here: make a new `Translator`
-    after changing the weights (validation during training does). This is the `torch` engine, aiayn's
-    own decoder; `aiayn_cli.decoding.engines` has the others (`from_pretrained(..., engine=...)`).
+    """A model and its tokenizer, ready to translate: text <-> token ids, batching and the order of the
+    outputs here; the decoding itself by `engine` (`engines.make_engine`): `torch`, aiayn's own decoder
+    on the model on `device` in `dtype` (the projections prepared from the weights once: make a new
+    `Translator` after changing the weights, as validation during training does), or `ctranslate2`,
+    the model converted once into `cache` and decoded by CTranslate2.
 
     `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
     `(N, h)` each; None by default) remove heads from every translation: `aiayn heads` sets it.
     """
-
-    engine = "torch"
 
     def __init__(
         self,
@@ -96,7 +60,10 @@ class Translator:
         tokenizer,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
+        engine: str = "torch",
+        cache: str | Path | None = None,
     ):
+        check_engine(engine)
         if not isinstance(model, AiaynForConditionalGeneration):
             raise AiaynError(
                 f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
@@ -105,27 +72,34 @@ class Translator:
         self.model, self.tokenizer = model, tokenizer
         # Decoding options that replace the generation_config's for every call (a server's defaults).
         self.defaults: dict = {}
-        self.head_masks: dict[str, torch.Tensor] | None = None
         self._set_limits()
-        self._prepare(device, dtype)
+        self.engine: Engine = make_engine(engine, model, tokenizer, device=device, dtype=dtype, cache=cache)
+        self.model = getattr(self.engine, "model", model)  # the torch engine's, on its device and in its dtype
 
-    def _prepare(self, device: str | torch.device | None, dtype: str | torch.dtype | None) -> None:
-        """The model on its device, in its dtype, with the fast path's projections prepared once."""
-        self.device = device if isinstance(device, torch.device) else pick_device(device)
-        if dtype == INT8 and self.device.type != "cpu":
+    @property
+    def device(self):
+        return self.engine.device
+
+    @property
+    def precision(self) -> str:
+        return self.engine.precision
+
+    @property
+    def prepared(self) -> PreparedModel:
+        """The torch engine's projections, prepared from the weights (`incremental.PreparedModel`)."""
+        return self.engine.prepared
+
+    @property
+    def head_masks(self) -> dict[str, torch.Tensor] | None:
+        return getattr(self.engine, "head_masks", None)
+
+    @head_masks.setter
+    def head_masks(self, masks: dict[str, torch.Tensor] | None) -> None:
+        if self.engine.name != "torch" and masks is not None:
             raise AiaynError(
-                f"int8: int8 decoding runs on CPUs only, not on {self.device.type} (use {{device}} cpu)",
-                key="quantization",
-                mentions=("device",),
+                "head masks change aiayn's own decoder: use them with {engine} torch", mentions=("engine",)
             )
-        self.model = self.model.to(device=self.device, dtype=pick_dtype(dtype, self.device)).eval()
-        self.precision = INT8 if dtype == INT8 else str(self.model.dtype).removeprefix("torch.")
-        try:
-            self.prepared = PreparedModel(self.model, "int8" if dtype == INT8 else "float")
-        except RuntimeError as err:
-            if dtype != INT8:
-                raise
-            raise AiaynError(f"int8: {err}", key="quantization") from None
+        self.engine.head_masks = masks
 
     def _set_limits(self) -> None:
         """The longest source the model reads, the longest line tokenized whole, the special ids."""
@@ -154,12 +128,10 @@ class Translator:
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`),
-        to decode with `engine`: torch (this class) or ctranslate2 (`engines.CTranslate2Translator`)."""
-        from .engines import engine_class
-
-        translator_class = engine_class(engine)  # a wrong name is refused before the model loads
+        to decode with `engine`: torch or ctranslate2 (`engines`)."""
+        check_engine(engine)  # a wrong name is refused before the model loads
         model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
-        return translator_class(model, tokenizer, device=device, dtype=dtype)
+        return cls(model, tokenizer, device=device, dtype=dtype, engine=engine)
 
     # -----------------------------------------------------------------------------------------
     # Options and inputs
@@ -174,6 +146,9 @@ class Translator:
         given = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
         options = DecodingOptions.from_generation_config(self.model.generation_config, **given)
         options.validate()
+        check = getattr(self.engine, "check", None)
+        if check is not None:
+            check(options)
         return options
 
     def encode(
@@ -337,16 +312,8 @@ class Translator:
             if errors:
                 raise errors[0]
 
-    @torch.inference_mode()
     def _decode(self, sources: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
-        width = max(len(s) for s in sources)
-        input_ids = torch.full((len(sources), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
-        for row, tokens in enumerate(sources):
-            input_ids[row, : len(tokens)] = torch.tensor(tokens)
-            attention_mask[row, : len(tokens)] = 1
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        return decode(self.model, input_ids, attention_mask, options, self.prepared, self.head_masks)
+        return self.engine.decode(sources, options)
 
     def detokenize(self, tokens: list[int]) -> str:
         """The text of a hypothesis, on one line (line breaks that a vocabulary may hold become spaces)."""
@@ -385,6 +352,4 @@ __all__ = [
     "Translator",
     "decode_lines",
     "make_batches",
-    "pick_device",
-    "pick_dtype",
 ]

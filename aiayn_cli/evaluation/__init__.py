@@ -3,7 +3,7 @@ that ship in `metrics/` and load by path (no network); `scoring` reads files and
 
 from typing import TYPE_CHECKING
 
-from .. import lazy_exports
+from ..lazy import lazy_exports
 
 _EXPORTS = {"metric_path": ".metrics", "score": ".scoring"}
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -75,7 +75,7 @@ def find_beside(model_dir: Path, names: tuple[str, ...]) -> Path | None:
 
 def load_for_staging(model_dir: Path):
     """The model and tokenizer of a folder written by `aiayn train` / `aiayn average` (or any aiayn folder)."""
-    from .. import AiaynForConditionalGeneration  # registers the auto classes
+    from ..model import AiaynForConditionalGeneration  # registers the auto classes
 
     if not (model_dir / "config.json").is_file():
         raise AiaynError(f"{model_dir}: not a model folder (no config.json)")
@@ -176,6 +176,19 @@ def languages_from_recipe(recipe: Path | None) -> tuple[str | None, str | None, 
     dataset = data.get("dataset")
     datasets = [dataset] if isinstance(dataset, str) and not _is_local_path(dataset) else []
     return data.get("source_lang"), data.get("target_lang"), datasets
+
+
+def recipe_languages(model: str | Path) -> dict[str, str]:
+    """`source_lang` and `target_lang` from the recipe saved beside a local model folder, where it has
+    them (`aiayn serve` names the languages by them; `aiayn evaluate` reads a data split by them)."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return {}
+    try:
+        source, target, _ = languages_from_recipe(find_beside(folder, RECIPE_NAMES))
+    except (AiaynError, OSError):  # a recipe we cannot read only costs the languages
+        return {}
+    return {key: value for key, value in (("source_lang", source), ("target_lang", target)) if value}
 
 
 def _is_local_path(value: str) -> bool:

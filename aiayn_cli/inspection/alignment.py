@@ -5,13 +5,11 @@ the space-separated words of each side; written "i-j i-j ..." (fairseq's `--prin
 Moses). `align` links each target word to the source word it attends to most, in the heads of
 one layer averaged (Garg et al., 2019), words merged from subwords and `</s>` left out.
 
-Which layer: measured, not assumed (`python -m aiayn_cli.inspection.alignment MODEL DATA_DIR`). On
-500 held-out pairs of the quickstart corpus with the quickstart model (2 decoder layers, sacreBLEU
-97.4), teacher-forced on the references, AER was 0.035 for the last layer's averaged heads, 0.129
-for the first, and 0.094 for the diagonal alignment; Garg et al. (2019) found the penultimate
-layer best in their 6-layer model. `DEFAULT_LAYER` is therefore the last layer. `step="predict"`
-reads the decoder position that predicts the word (the default: AER 0.035); `"input"` the one that
-reads it, one later (AER 0.90: by then the model attends to the next word to translate).
+Which layer: measured, not assumed (`python -m aiayn_cli.inspection.alignment MODEL DATA_DIR` prints
+the AER of every layer; docs/inspection.md gives the quickstart model's). `DEFAULT_LAYER` is the last
+layer, which aligned best there (Garg et al., 2019 found the penultimate layer best in their 6-layer
+model). `step="predict"` reads the decoder position that predicts the word (the default, which aligned
+best); `"input"` the one that reads it, one later, when the model attends to the next word to translate.
 
 AER (Och & Ney, 2003), with sure links S and possible links P (S is a subset of P):
 

@@ -5,6 +5,7 @@ identical layers"), and how each layer's encoder-decoder attention aligns.
 
     report = measure_layers(model, sample)                     # next-token accuracy and loss per layer
     grid = layer_predictions(model, tokenizer, source, reference)  # one sentence: the top choice per layer
+    report, grid = inspect_layers(translator, sentence="A dog runs.")  # as `aiayn layers -m M "A dog runs."`
 
 Each decoder layer's output goes through the model's own output projection (the tied pre-softmax
 matrix of §3.4, `lm_head`), as if the layers above it were not there ("logit lens"). In the paper's
@@ -128,6 +129,44 @@ def layer_predictions(model, tokenizer, source: str, reference: str) -> LayerPre
     )
 
 
+def inspect_layers(
+    translator,
+    data=None,
+    split: str = "validation",
+    size: int | None = None,
+    sentence: str | None = None,
+    reference: str | None = None,
+) -> tuple[LayerReport, LayerPredictions]:
+    """What `aiayn layers` shows: the per-layer report of the first `size` pairs of a data split (`data`,
+    a `DataSpec`; AER per layer where the split has true alignments) or, without data, of the one
+    `sentence`; and that sentence layer by layer (default: the split's first pair). Without
+    `reference`, the sentence is teacher-forced on the model's own translation: each layer is then
+    measured against what the whole model chooses."""
+    from .heads import load_sample, sample_of
+
+    if data is None and sentence is None:
+        raise AiaynError("give a sentence or a data split to look at")
+    if sentence is not None and reference is None:
+        reference = translator.translate([sentence], on_long="error")[0]
+    model = translator.model
+    if data is not None:
+        pairs = load_sample(translator, data, split, size)
+        settings = {"split": split}
+    else:
+        pairs = sample_of(translator, [sentence], [reference], "sentence")
+        settings = {"sentence": sentence}
+    report = measure_layers(model, pairs)
+    align_path = alignment_file(data, split) if data is not None else None
+    if align_path is not None:
+        report.aer = alignment_by_layer(model, translator.tokenizer, align_path, data.source_lang, data.target_lang,
+                                        size)  # fmt: skip
+    if sentence is None:
+        sentence, reference = pairs.sources[0], pairs.references[0]
+    grid = layer_predictions(model, translator.tokenizer, sentence, reference)
+    report.settings = {**settings, "pairs": len(pairs.sources), "alignments": str(align_path)}
+    return report, grid
+
+
 def _tokens(tokenizer, ids: list[int]) -> list[str]:
     return [t.replace("\u2581", "_") for t in tokenizer.convert_ids_to_tokens(ids)]
 
@@ -166,6 +205,7 @@ __all__ = [
     "LayerReport",
     "alignment_by_layer",
     "alignment_file",
+    "inspect_layers",
     "layer_logits",
     "layer_predictions",
     "measure_layers",

@@ -24,6 +24,7 @@ with `trust_remote_code=True` where `aiayn_cli` is not installed.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -32,12 +33,15 @@ from torch import nn
 from transformers import GenerationConfig, GenerationMixin, Pipeline, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import is_torchdynamo_compiling
 
 from .configuration_aiayn import AiaynConfig
 
@@ -122,6 +126,24 @@ def _written_out_is_faster(query: torch.Tensor) -> bool:
     )
 
 
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Equation (1) written out, in the signature of transformers' attention interface (`attn_implementation="eager"`).
+
+    Returns the heads `(B, T_q, h, d_v)` and the attention weights `(B, h, T_q, T_k)` that the plots draw.
+    """
+    heads, weights = scaled_dot_product_attention(query, key, value, attention_mask, dropout, need_weights=True)
+    return heads.transpose(1, 2), weights
+
+
 # ---------------------------------------------------------------------------------------------
 # 3.2.2 Multi-Head Attention
 #
@@ -141,8 +163,11 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, config: AiaynConfig, self_attention: bool, layer_idx: int | None = None):
         super().__init__()
+        self.config = config  # `config._attn_implementation` picks equation (1)'s kernel
         self.num_heads = config.num_heads
         self.d_k = config.d_k
+        self.scaling = config.d_k**-0.5
+        self.is_causal = False  # the masks say which keys a query sees, the decoder's causal one included
         self.self_attention = self_attention
         self.layer_idx = layer_idx
         self.dropout = config.attention_dropout
@@ -201,12 +226,39 @@ class MultiHeadAttention(nn.Module):
             # G = key.size(0) sentences for B = G * k rows: each sentence's k rows query its keys together
             (query,) = self._split_heads(self.q_proj(hidden_states), 1, groups=key.size(0))
         dropout = self.dropout if self.training else 0.0
-        heads, weights = scaled_dot_product_attention(query, key, value, mask, dropout, need_weights)
+        attention = self._attention_function(query, need_weights)
+        if attention is not eager_attention_forward and mask is not None:
+            mask = attention_interface_mask(mask, query, key, self.config._attn_implementation)
+        heads, weights = attention(self, query, key, value, mask, scaling=self.scaling, dropout=dropout)
         if head_mask is not None:  # m_i head_i
-            heads = heads * head_mask.to(heads.dtype)[None, :, None, None]
-        # (B, h, T, d_k) or (G, h, k * T, d_k) -> (B, T, h * d_k): Concat(head_1, ..., head_h)
-        concat = heads.transpose(1, 2).reshape(batch, length, d_model)
-        return self.out_proj(concat), weights
+            heads = heads * head_mask.to(heads.dtype)[None, None, :, None]
+        # (B, T, h, d_k) or (G, k * T, h, d_k) -> (B, T, h * d_k): Concat(head_1, ..., head_h)
+        concat = heads.reshape(batch, length, d_model)
+        return self.out_proj(concat), weights if need_weights else None
+
+    def _attention_function(self, query: torch.Tensor, need_weights: bool) -> Callable:
+        """The model's `attn_implementation` ("sdpa" by default) from transformers' attention interface; the
+        written-out equation (1) where the weights are asked for, and for "sdpa" where it is the faster
+        (`_written_out_is_faster`): the same equation, so the same numbers to float rounding."""
+        implementation = self.config._attn_implementation
+        if need_weights or implementation in (None, "eager"):
+            return eager_attention_forward
+        if implementation == "sdpa" and _written_out_is_faster(query):
+            return eager_attention_forward
+        return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+def attention_interface_mask(
+    mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor, implementation: str
+) -> torch.Tensor:
+    """The boolean mask (True = may attend) as `implementation` takes it: as is for SDPA; for flex attention
+    an additive one of shape `(B, 1, T_q, T_k)` (0 where allowed, the dtype's minimum where not)."""
+    if implementation != "flex_attention":
+        return mask
+    shape = (query.size(0), 1, query.size(2), key.size(2))
+    return torch.zeros(shape, dtype=query.dtype, device=query.device).masked_fill(
+        ~mask.expand(shape), torch.finfo(query.dtype).min
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +390,7 @@ class SublayerConnection(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-class EncoderLayer(nn.Module):
+class EncoderLayer(GradientCheckpointingLayer):
     """Multi-head self-attention, then a position-wise feed-forward network (§3.1)."""
 
     def __init__(self, config: AiaynConfig):
@@ -366,7 +418,7 @@ class EncoderLayer(nn.Module):
         return self.feed_forward_sublayer(x, self.feed_forward), weights
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(GradientCheckpointingLayer):
     """Masked self-attention, encoder-decoder attention, then a feed-forward network (§3.1)."""
 
     def __init__(self, config: AiaynConfig, layer_idx: int):
@@ -418,7 +470,9 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     mask is already one (a decoder fed one position at a time makes it once)."""
     if attention_mask is None or attention_mask.dim() == 4:
         return attention_mask
-    if bool(attention_mask.all()):
+    # None lets the kernels skip the mask; a graph (`torch.compile`, `torch.export`) keeps the mask instead
+    # of branching on its values
+    if not is_torchdynamo_compiling() and bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 
@@ -552,7 +606,7 @@ class Decoder(nn.Module):
                 encoder_hidden_states,
                 self_mask,
                 memory_mask,
-                cache,
+                cache=cache,
                 need_weights=output_attentions,
                 head_mask=self_head_mask,
                 cross_attn_head_mask=cross_head_mask,
@@ -584,8 +638,15 @@ CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "p
 
 
 def _cache_argument(cache: Cache | None, kwargs: dict) -> Cache | None:
-    """The cache passed as `cache`, or as `past_key_values` (transformers before 5.24)."""
+    """The cache passed as `cache`, or as `past_key_values` (the name before transformers 5.24, which
+    warns there as transformers' own models do)."""
     older = kwargs.pop("past_key_values", None)
+    if older is not None and CACHE_FIELD == "cache":
+        warnings.warn(
+            "`past_key_values` is deprecated and will be removed in version 5.40.0: pass the cache as `cache`",
+            FutureWarning,
+            stacklevel=3,
+        )
     return cache if cache is not None else older
 
 
@@ -602,8 +663,11 @@ class AiaynPreTrainedModel(PreTrainedModel):
     config: AiaynConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
 
     @torch.no_grad()
@@ -632,12 +696,12 @@ class AiaynModel(AiaynPreTrainedModel):
 
     def __init__(self, config: AiaynConfig):
         super().__init__(config)
-        # §3.4: one embedding matrix for the joint source/target vocabulary. With
-        # tie_word_embeddings=False the encoder and decoder get their own matrices.
+        # §3.4: one embedding matrix for the joint source/target vocabulary: `post_init` ties the
+        # encoder's and the decoder's to `shared` (`_tied_weights_keys`, as BART does); with
+        # tie_word_embeddings=False the three stay separate matrices.
         self.shared = Embeddings(config)
-        tied = config.tie_word_embeddings
-        self.encoder = Encoder(config, self.shared if tied else Embeddings(config))
-        self.decoder = Decoder(config, self.shared if tied else Embeddings(config))
+        self.encoder = Encoder(config, Embeddings(config))
+        self.decoder = Decoder(config, Embeddings(config))
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

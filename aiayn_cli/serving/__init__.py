@@ -1,4 +1,4 @@
-"""Putting a trained model to work: `aiayn serve` (an HTTP API and a page) and `aiayn export`.
+"""Putting a trained model to work: `aiayn serve` (an HTTP API and a page).
 
 * `app.py`: the FastAPI application (`create_app`): `POST /v1/translate`, `GET /v1/health`,
   `GET /v1/model`, the OpenAPI schema and docs, and the page at `/`.
@@ -6,7 +6,6 @@
   the model is busy, up to a token budget.
 * `limits.py`: `Limits`, what one request may hold (413 / 422 above it) and the batching budget.
 * `server.py`: `serve`, uvicorn on the app, with a graceful stop on SIGTERM / SIGINT.
-* `ctranslate2.py`: `export_ctranslate2`, the model as a CTranslate2 Transformer.
 
 Decoding is `aiayn_cli.decoding.Translator`'s: a request gets what `aiayn translate` prints for the
 same sentences and options.

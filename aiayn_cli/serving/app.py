@@ -40,6 +40,7 @@ from ..decoding.defaults import ON_LONG
 from ..decoding.translator import Translator
 from ..errors import AiaynError
 from ..inspection.explorer import with_explorer
+from .api_page import install_api_page
 from .attention import install_attention
 from .batcher import DynamicBatcher
 from .limits import Limits
@@ -119,7 +120,10 @@ def create_app(translator: Translator, limits: Limits | None = None, info: dict 
         title="aiayn",
         summary="Translation with the Transformer of 'Attention Is All You Need'.",
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: /docs is drawn here, offline
+        redoc_url=None,
     )
+    install_api_page(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     install_error_handlers(app)
     page = with_explorer(importlib.resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8"))
@@ -218,7 +222,7 @@ def model_info(translator: Translator, limits: Limits, info: dict) -> dict:
         },
         "decoding": {k: v for k, v in decoding.items() if k != "seed"},
         "device": str(translator.device),
-        "engine": translator.engine,
+        "engine": translator.engine.name,
         "dtype": translator.precision,
         "limits": asdict(limits),
     }

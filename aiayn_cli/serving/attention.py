@@ -84,9 +84,9 @@ def install_attention(app: FastAPI, translator, limits: Limits, errors: dict) ->
     @app.post("/v1/attention", response_model=AttentionResponse, responses=errors)
     async def attention(body: AttentionRequest) -> dict:
         """One sentence's attention (every head, the three kinds) for its translation or a reference: the explorer's data."""
-        if translator.engine != "torch":  # the weights live in CTranslate2, which gives no attention
+        if translator.engine.name != "torch":  # the weights live in CTranslate2, which gives no attention
             raise AiaynError(
-                f"attention is read from aiayn's own decoder; this server decodes with {translator.engine}"
+                f"attention is read from aiayn's own decoder; this server decodes with {translator.engine.name}"
             )
         sentence, reference = check_attention_request(body, limits, translator)
         try:

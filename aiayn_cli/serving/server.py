@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
 
 from ..errors import AiaynError
+from ..hub.publish import recipe_languages
 from .app import create_app
 from .limits import Limits
 
@@ -75,17 +75,3 @@ def json_errors_protocol():
             self.transport.close()
 
     return JsonErrors
-
-
-def recipe_languages(model: str) -> dict:
-    """`source_lang` and `target_lang` from the recipe saved beside a local model folder, where it has them."""
-    from ..hub.publish import RECIPE_NAMES, find_beside, languages_from_recipe
-
-    folder = Path(model)
-    if not folder.is_dir():
-        return {}
-    try:
-        source, target, _ = languages_from_recipe(find_beside(folder, RECIPE_NAMES))
-    except (AiaynError, OSError):  # a recipe we cannot read only costs the languages
-        return {}
-    return {"source_lang": source, "target_lang": target}

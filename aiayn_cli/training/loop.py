@@ -27,13 +27,12 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import AiaynError, Interrupted
-from ..model.modeling_aiayn import shift_tokens_right
 from .checkpoint import (
     list_checkpoints,
     rotate_checkpoints,
     save_checkpoint,
 )
-from .loss import label_smoothed_cross_entropy, target_mask
+from .loss import batch_loss, target_mask
 from .recipe import parse_duration
 from .run_folder import HISTORY_DIR
 from .schedule import cooldown_factor
@@ -258,18 +257,13 @@ class Run:
             torch.manual_seed(micro_batch_seed(recipe.seed, self.state.step, j * world + rank))
             sync = accelerator.no_sync(self.model) if j < len(batches) - 1 else nullcontext()
             with sync:
-                decoder_input_ids = shift_tokens_right(
-                    batch["labels"], config.pad_token_id, config.decoder_start_token_id
-                )
-                with accelerator.autocast():  # the scores stay in the autocast dtype: the loss reads them
-                    logits = self.forward_model(
-                        input_ids=batch["input_ids"],
-                        attention_mask=batch["attention_mask"],
-                        decoder_input_ids=decoder_input_ids,
-                        use_cache=False,
-                    ).logits
-                out = label_smoothed_cross_entropy(
-                    logits, batch["labels"], recipe.label_smoothing, config.pad_token_id, recipe.compile_loss
+                out = batch_loss(
+                    self.forward_model,
+                    batch,
+                    config,
+                    recipe.label_smoothing,
+                    accelerator.autocast(),
+                    recipe.compile_loss,
                 )
                 accelerator.backward(out.loss * scale)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()

@@ -21,9 +21,12 @@ fairseq does, so that every token weighs the same whatever the batch shapes.
 from __future__ import annotations
 
 import warnings
+from contextlib import AbstractContextManager, nullcontext
 from typing import NamedTuple
 
 import torch
+
+from ..model.modeling_aiayn import shift_tokens_right
 
 
 class SmoothedLoss(NamedTuple):
@@ -63,6 +66,36 @@ def label_smoothed_cross_entropy(
     targets = labels.masked_fill(~mask, 0)
     loss, nll = _SmoothedCrossEntropy.apply(logits, targets, mask, epsilon, compiled)
     return SmoothedLoss(loss, nll, mask.sum())
+
+
+def batch_loss(
+    model,
+    batch: dict[str, torch.Tensor],
+    config,
+    epsilon: float,
+    autocast: AbstractContextManager | None = None,
+    compiled: bool = False,
+) -> SmoothedLoss:
+    """The label-smoothed loss of one collated batch: the one function training and validation share.
+
+    Teacher forcing (§3.1): the decoder reads the labels shifted right, with no cache; the scores stay in
+    the autocast dtype (the loss reads them in float32, see `label_smoothed_cross_entropy`).
+
+    Args:
+        model: the model, or its prepared / compiled wrapper (its `config` is passed apart).
+        batch: `input_ids`, `attention_mask` and `labels` on the model's device.
+        config: the model's config (`pad_token_id`, `decoder_start_token_id`).
+        autocast: the forward pass's mixed-precision context (`accelerator.autocast()`), or none.
+    """
+    decoder_input_ids = shift_tokens_right(batch["labels"], config.pad_token_id, config.decoder_start_token_id)
+    with autocast if autocast is not None else nullcontext():
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_input_ids,
+            use_cache=False,
+        ).logits
+    return label_smoothed_cross_entropy(logits, batch["labels"], epsilon, config.pad_token_id, compiled)
 
 
 # The two passes over the (B, T, V) scores x, with lse = log sum_k exp x_k (so log p_k = x_k - lse):
@@ -164,4 +197,4 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return _run(ctx.compiled, 1, *args), None, None, None, None
 
 
-__all__ = ["SmoothedLoss", "label_smoothed_cross_entropy", "target_mask"]
+__all__ = ["SmoothedLoss", "batch_loss", "label_smoothed_cross_entropy", "target_mask"]

@@ -33,7 +33,7 @@ import yaml
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from .. import yaml_text
-from ..data.spec import DataSpec
+from ..data.spec import DATA_SOURCES, DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
 from ..model.configuration_aiayn import LIBRARY_FIELDS, PRESETS, TOKEN_ID_FIELDS, AiaynConfig
@@ -421,10 +421,6 @@ def _rename_old_keys(raw: dict[str, Any], where: dict[str, str]) -> None:
         where.setdefault(new, where.get(old, old))
         print(f"warning: {where.get(old, old)}: '{old}' is now '{new}'; the old name goes away in the next version",
               file=sys.stderr)  # fmt: skip
-
-
-# The keys of `DataSpec` that name where the data is: one of them is given.
-DATA_SOURCES = ("dataset", "data_dir", "prefix", "source_file", "target_file", "data_file")
 
 
 def _drop_replaced_source(raw: dict[str, Any], overrides: dict[str, Any]) -> None:

@@ -13,8 +13,7 @@ from collections.abc import Iterable
 import torch
 
 from ..evaluation.scoring import score
-from ..model.modeling_aiayn import shift_tokens_right
-from .loss import label_smoothed_cross_entropy
+from .loss import batch_loss
 
 
 @torch.no_grad()
@@ -26,7 +25,7 @@ def validation_loss(
     Args:
         model: the unwrapped model (no collective calls: processes may hold different numbers of batches).
         batches: this process's collated validation batches.
-        compiled_loss: the loss through `torch.compile` (see `label_smoothed_cross_entropy`).
+        compiled_loss: the loss through `torch.compile` (see `batch_loss`).
     """
     was_training = model.training
     model.eval()
@@ -34,15 +33,7 @@ def validation_loss(
     sums = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # loss, nll, ntokens
     for batch in batches:
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-        decoder_input_ids = shift_tokens_right(batch["labels"], config.pad_token_id, config.decoder_start_token_id)
-        with accelerator.autocast():
-            logits = model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                decoder_input_ids=decoder_input_ids,
-                use_cache=False,
-            ).logits
-        out = label_smoothed_cross_entropy(logits, batch["labels"], epsilon, config.pad_token_id, compiled_loss)
+        out = batch_loss(model, batch, config, epsilon, accelerator.autocast(), compiled_loss)
         sums += torch.stack([out.loss.double(), out.nll.double(), out.ntokens.double()])
     model.train(was_training)
     loss, nll, ntokens = accelerator.reduce(sums, reduction="sum").tolist()

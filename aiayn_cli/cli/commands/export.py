@@ -51,7 +51,7 @@ def export(
     if kind is None:
         raise AiaynError(f"int16 weights keep fp32 for the rest; give --precision fp32, not {precision}",
                          key="quantization")  # fmt: skip
-    from ...serving.ctranslate2 import export_ctranslate2
+    from ...decoding.ctranslate2_convert import export_ctranslate2
 
     folder = export_ctranslate2(model, output, quantization=kind, overwrite=overwrite)
     typer.echo(f"wrote {folder} (CTranslate2, {kind}); its README.md shows the Python that runs it")

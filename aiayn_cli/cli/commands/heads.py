@@ -7,12 +7,14 @@ from typing import Annotated
 
 import typer
 
+from ...data.spec import DataSpec
 from ...errors import AiaynError
 from .. import options
 
 MEASURE = "Measurement"
 
 
+@options.with_data_options()
 def heads(
     model: options.ModelOpt = ...,
     output: Annotated[
@@ -22,21 +24,8 @@ def heads(
             show_default=True,
         ),
     ] = Path("heads"),
-    dataset: options.DatasetOpt = None,
-    dataset_config: options.DatasetConfigOpt = None,
-    data_dir: options.DataDirOpt = None,
-    prefix: options.PrefixOpt = None,
-    source_file: options.SourceFileOpt = None,
-    target_file: options.TargetFileOpt = None,
-    data_file: options.DataFileOpt = None,
-    source_lang: options.SourceLangOpt = None,
-    target_lang: options.TargetLangOpt = None,
-    split: Annotated[
-        str,
-        typer.Option(
-            "--split", metavar="SPLIT", rich_help_panel=options.PANEL, help="The held-out split to measure on."
-        ),
-    ] = "validation",
+    data: DataSpec | None = None,
+    split: options.HeldOutSplitOpt = "validation",
     sample: Annotated[
         int,
         typer.Option(
@@ -108,19 +97,8 @@ def heads(
     if importance not in IMPORTANCE:
         raise AiaynError(f"{importance}: choose one of {', '.join(IMPORTANCE)}", key="importance")
     check_output_files(output, ["heads.json", "heads.md"], overwrite=overwrite, key="output")  # before the work
-    spec = options.data_spec(
-        dataset=dataset,
-        dataset_config=dataset_config,
-        data_dir=data_dir,
-        prefix=prefix,
-        source_file=source_file,
-        target_file=target_file,
-        data_file=data_file,
-        source_lang=source_lang,
-        target_lang=target_lang,
-    )
     translator = Translator.from_pretrained(model, device=device, dtype=precision)
-    pairs = load_sample(translator, spec, split, sample)
+    pairs = load_sample(translator, data, split, sample)
     report = measure_heads(
         translator,
         pairs,

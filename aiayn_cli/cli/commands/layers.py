@@ -7,11 +7,22 @@ from typing import Annotated
 
 import typer
 
+from ...data.spec import DataSpec
 from ...errors import AiaynError
 from .. import options
 
 
+@options.with_data_options(need="optional")
 def layers(
+    sentence_argument: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="SENTENCE",
+            help="A source sentence to show layer by layer (as translate and attention take it), against --reference "
+            "or else the model's own translation; without data options, the table is of this sentence alone.",
+            show_default=False,
+        ),
+    ] = None,
     model: options.ModelOpt = ...,
     output: Annotated[
         Path,
@@ -33,21 +44,8 @@ def layers(
         str | None,
         typer.Option("--reference", metavar="TEXT", help="Its reference translation.", show_default=False),
     ] = None,
-    dataset: options.DatasetOpt = None,
-    dataset_config: options.DatasetConfigOpt = None,
-    data_dir: options.DataDirOpt = None,
-    prefix: options.PrefixOpt = None,
-    source_file: options.SourceFileOpt = None,
-    target_file: options.TargetFileOpt = None,
-    data_file: options.DataFileOpt = None,
-    source_lang: options.SourceLangOpt = None,
-    target_lang: options.TargetLangOpt = None,
-    split: Annotated[
-        str,
-        typer.Option(
-            "--split", metavar="SPLIT", rich_help_panel=options.PANEL, help="The held-out split to measure on."
-        ),
-    ] = "validation",
+    data: DataSpec | None = None,
+    split: options.HeldOutSplitOpt = "validation",
     sample: Annotated[
         int | None,
         typer.Option(
@@ -69,41 +67,29 @@ def layers(
     """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
 
     \b
+    aiayn layers -m runs/multi30k_en_de/averaged "A dog runs through the grass."
     aiayn layers -m runs/multi30k_en_de/averaged --data-dir DATA -s en -t de -o layers
     aiayn layers -m aiayn-quickstart/run/averaged --data-dir aiayn-quickstart/data -s en -t de --split test
     (AER per layer where the split has true alignments, {split}.align, as the quickstart's data has)
     """
     from ...decoding.translator import Translator
     from ...files import check_output_files
-    from ...inspection.heads import load_sample
     from ...inspection.layer_figures import summary, table, write_layer_report
-    from ...inspection.layers import alignment_by_layer, alignment_file, layer_predictions, measure_layers
+    from ...inspection.layers import inspect_layers
 
-    if (sentence is None) != (reference is None):
+    if sentence_argument is not None:
+        if sentence is not None:
+            raise AiaynError("and a SENTENCE: give the sentence once", key="sentence")
+        sentence = sentence_argument
+    elif (sentence is None) != (reference is None):
         raise AiaynError("{sentence} and {reference} go together: give both", mentions=("sentence", "reference"))
+    if sentence is None and data is None:
+        raise AiaynError('give a SENTENCE (aiayn layers -m MODEL "A dog runs.") or data options '
+                         "(--data-dir DIR -s en -t de --split validation)")  # fmt: skip
     check_output_files(output, ["layers.json", "layers.md"], overwrite=overwrite, key="output")  # before the work
-    spec = options.data_spec(
-        dataset=dataset,
-        dataset_config=dataset_config,
-        data_dir=data_dir,
-        prefix=prefix,
-        source_file=source_file,
-        target_file=target_file,
-        data_file=data_file,
-        source_lang=source_lang,
-        target_lang=target_lang,
-    )
     translator = Translator.from_pretrained(model, device=device, dtype="fp32")
-    pairs = load_sample(translator, spec, split, sample)
-    report = measure_layers(translator.model, pairs)
-    align_path = alignment_file(spec, split)
-    if align_path is not None:
-        report.aer = alignment_by_layer(
-            translator.model, translator.tokenizer, align_path, spec.source_lang, spec.target_lang, sample
-        )
-    source, target = (sentence, reference) if sentence is not None else (pairs.sources[0], pairs.references[0])
-    grid = layer_predictions(translator.model, translator.tokenizer, source, target)
-    report.settings = {"model": model, "split": split, "pairs": len(pairs.sources), "alignments": str(align_path)}
+    report, grid = inspect_layers(translator, data, split, sample, sentence, reference)
+    report.settings = {"model": model, **report.settings}
     written = write_layer_report(report, grid, output, overwrite=overwrite)
     typer.echo(table(report))
     typer.echo("What to notice:")

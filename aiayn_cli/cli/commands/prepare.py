@@ -17,6 +17,7 @@ import typer
 from .. import options
 
 
+@options.with_data_options(need="recipe")
 def prepare(
     recipe: Annotated[
         str,
@@ -46,33 +47,15 @@ def prepare(
         ),
     ] = None,
     progress: Annotated[bool | None, options.progress_option()] = None,
-    dataset: options.DatasetOpt = None,
-    dataset_config: options.DatasetConfigOpt = None,
-    data_dir: options.DataDirOpt = None,
-    prefix: options.PrefixOpt = None,
-    source_file: options.SourceFileOpt = None,
-    target_file: options.TargetFileOpt = None,
-    data_file: options.DataFileOpt = None,
-    source_lang: options.SourceLangOpt = None,
-    target_lang: options.TargetLangOpt = None,
+    data: dict | None = None,
 ) -> None:
     """Prepare a recipe's training split (clean, tokenize, cache) and print where the cache is."""
     from ...training.recipe import find_recipe, load_recipe
     from ...training.trainer import prepare_training_data
 
-    data = {
-        "dataset": dataset,
-        "data_dir": data_dir,
-        "prefix": prefix,
-        "source_file": source_file,
-        "target_file": target_file,
-        "data_file": data_file,
-        "dataset_config": dataset_config,
-        "source_lang": source_lang,
-        "target_lang": target_lang,
-        "cache_dir": cache_dir,
-    }
-    overrides = options.recipe_overrides(set_values, data, {"tokenizer": tokenizer, "num_proc": num_proc})
+    overrides = options.recipe_overrides(
+        set_values, {**data, "cache_dir": cache_dir}, {"tokenizer": tokenizer, "num_proc": num_proc}
+    )
     prepared = prepare_training_data(
         load_recipe(find_recipe(recipe), overrides), show_progress=options.show_progress(progress)
     )

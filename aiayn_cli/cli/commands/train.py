@@ -25,6 +25,7 @@ PANEL_RUN = "Run"
 FLAGS = {"model.preset": "--preset", "mixed_precision": "--precision"}
 
 
+@options.with_data_options(need="recipe")
 def train(
     recipe: Annotated[
         str | None,
@@ -131,32 +132,13 @@ def train(
         ),
     ] = None,
     progress: Annotated[bool | None, options.progress_option(PANEL_RUN)] = None,
-    dataset: options.DatasetOpt = None,
-    dataset_config: options.DatasetConfigOpt = None,
-    data_dir: options.DataDirOpt = None,
-    prefix: options.PrefixOpt = None,
-    source_file: options.SourceFileOpt = None,
-    target_file: options.TargetFileOpt = None,
-    data_file: options.DataFileOpt = None,
-    source_lang: options.SourceLangOpt = None,
-    target_lang: options.TargetLangOpt = None,
+    data: dict | None = None,
 ) -> None:
     """Train a Transformer with the paper's recipe (§5): Adam, warmup + inverse square root, label smoothing."""
     from ...training.recipe import find_recipe, load_recipe
     from ...training.trainer import quiet_libraries
     from ...training.trainer import train as run_training
 
-    data = {
-        "dataset": dataset,
-        "data_dir": data_dir,
-        "prefix": prefix,
-        "source_file": source_file,
-        "target_file": target_file,
-        "data_file": data_file,
-        "dataset_config": dataset_config,
-        "source_lang": source_lang,
-        "target_lang": target_lang,
-    }
     flags = {
         "output_dir": output_dir,
         "tokenizer": tokenizer,

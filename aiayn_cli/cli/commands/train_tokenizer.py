@@ -7,29 +7,17 @@ from typing import Annotated, Literal
 
 import typer
 
+from ...data.spec import DataSpec
 from .. import options
 
 
+@options.with_data_options(tuple(options.DATA_OPTIONS))
 def train_tokenizer(
     output: Annotated[
         Path, options.output_dir_option("The folder to write tokenizer.json and tokenizer_config.json to.")
     ],
-    dataset: options.DatasetOpt = None,
-    dataset_config: options.DatasetConfigOpt = None,
-    data_dir: options.DataDirOpt = None,
-    prefix: options.PrefixOpt = None,
-    source_file: options.SourceFileOpt = None,
-    target_file: options.TargetFileOpt = None,
-    data_file: options.DataFileOpt = None,
-    data_format: options.DataFormatOpt = None,
-    source_lang: options.SourceLangOpt = None,
-    target_lang: options.TargetLangOpt = None,
-    source_column: options.SourceColumnOpt = None,
-    target_column: options.TargetColumnOpt = None,
+    data: DataSpec | None = None,
     split: options.SplitOpt = "train",
-    max_length: options.MaxLengthOpt = None,
-    max_ratio: options.MaxRatioOpt = None,
-    dedup: options.DedupOpt = False,
     vocab_size: Annotated[
         int, typer.Option("--vocab-size", metavar="N", help="Size of the joint vocabulary (paper: ~37,000).")
     ] = 37000,
@@ -63,26 +51,9 @@ def train_tokenizer(
     from ...data.tokenization import check_output_dir, corpus_inputs
     from ...data.tokenization import train_tokenizer as train_joint_tokenizer
 
-    spec = options.data_spec(
-        dataset=dataset,
-        dataset_config=dataset_config,
-        data_dir=data_dir,
-        prefix=prefix,
-        source_file=source_file,
-        target_file=target_file,
-        data_file=data_file,
-        data_format=data_format,
-        source_lang=source_lang,
-        target_lang=target_lang,
-        source_column=source_column,
-        target_column=target_column,
-        max_length=max_length,
-        max_ratio=max_ratio,
-        dedup=dedup,
-    )
-    check_output_dir(output, overwrite, corpus_inputs(spec, split))  # before reading a corpus that may be large
+    check_output_dir(output, overwrite, corpus_inputs(data, split))  # before reading a corpus that may be large
     tokenizer = train_joint_tokenizer(
-        spec,
+        data,
         split=split,
         vocab_size=vocab_size,
         model=algorithm,

@@ -92,7 +92,7 @@ def translate(
 
     from ...decoding.translator import Translator, decode_lines
 
-    check_paths(input, output)
+    check_paths(input, output, model)
     if alignment and engine != "torch":
         raise AiaynError("reads aiayn's own attention: use it with {engine} torch", key="alignment",
                          mentions=("engine",))  # fmt: skip
@@ -128,8 +128,9 @@ def translate(
         os._exit(0)
 
 
-def check_paths(input: Path | None, output: Path | None) -> None:
-    """Before the model is loaded: the input is a file, and the output is not the input (through links too)."""
+def check_paths(input: Path | None, output: Path | None, model=None) -> None:
+    """Before the model is loaded: the input is a file, and the output is neither the input nor a file of
+    the model's folder (through links too)."""
     if input is not None and str(input) != "-":
         kind = node_kind(input)
         if kind == "folder":
@@ -139,7 +140,7 @@ def check_paths(input: Path | None, output: Path | None) -> None:
         if kind not in ("file", "character device", "FIFO"):  # /dev/stdin or a named pipe is read as it comes
             raise AiaynError(f"--input {input}: is a {kind}, not a file")
     if output is not None:
-        check_output_file(output, [input], key="output")
+        check_output_file(output, [input, model], key="output")
 
 
 def _translate_aligned(translator, sentences, input, output, layer, decoding) -> None:

@@ -1,6 +1,6 @@
 """`aiayn export --to ctranslate2`: the model as a CTranslate2 Transformer, built from its weights.
 
-    from aiayn_cli.serving.ctranslate2 import export_ctranslate2
+    from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2
 
     export_ctranslate2("runs/base/averaged", "runs/base-ct2", quantization="int8")
 
