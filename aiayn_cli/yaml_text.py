@@ -2,9 +2,10 @@
 
 PyYAML implements YAML 1.1, where an unquoted `no`, `yes`, `on`, `off`, `y` or `n` is a boolean:
 `mixed_precision: no` (a value of accelerate's) would arrive as `False`, and a language code `no`
-(Norwegian) too; and `1e-3`, a number in YAML 1.2, is the string "1e-3" (PyYAML's floats need a
-dot). Every recipe, `--set KEY=VALUE` and saved recipe.yaml is read through this loader,
-so a word stays a word.
+(Norwegian) too; `1e-3`, a number in YAML 1.2, is the string "1e-3" (PyYAML's floats need a dot);
+`010` is eight, `1_000` a thousand and `1:30` ninety (base 60). Here numbers are YAML 1.2's core
+schema's: `010` is ten, `0o10` eight, `0x10` sixteen, `1_000` and `1:30` are text. Every recipe,
+`--set KEY=VALUE` and saved recipe.yaml is read through this loader, so a word stays a word.
 """
 
 from __future__ import annotations
@@ -21,15 +22,33 @@ class Loader(yaml.SafeLoader):
     """`yaml.SafeLoader` with YAML 1.2's booleans only, and its exponent floats without a dot."""
 
 
+INT, FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 Loader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != BOOL]
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (BOOL, INT, FLOAT)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# YAML 1.2's core schema (10.3.2): `010` is ten (1.1: eight), `0o10` eight, `0x1F` 31; `1_000` and `1:30`
+# are text (1.1: 1000 and 90).
 Loader.add_implicit_resolver(BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-# After the integers (a resolver added last is tried last): 1e-3, -2E+5; 1.5e-3 is PyYAML's already.
+Loader.add_implicit_resolver(INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
 Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"), list("-+0123456789")
+    FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+.0123456789"),
 )
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+Loader.add_constructor(INT, _construct_int)
 
 
 def loads(text: str) -> Any:

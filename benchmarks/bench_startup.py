@@ -6,8 +6,10 @@ libraries set: importing torch and the transformers classes the model is built o
 
 Each repeat runs, one after the other in the same conditions: the floor (`python -c "import torch;
 from transformers import PreTrainedModel, GenerationMixin, AutoTokenizer"`), `echo 'The small dog
-sees a red ball.' | python -m aiayn_cli translate -m MODEL`, `translate --help`, a bad option
-(`--beam 0`), and with `--baseline` the same translation by another checkout. Per command: the median
+sees a red ball.' | python -m aiayn_cli translate -m MODEL`, the same with `--engine ctranslate2` on
+the model converted already (converted once before the repeats, into a cache folder of this run;
+where CTranslate2 is installed: that path imports neither torch nor transformers), `translate --help`,
+a bad option (`--beam 0`), and with `--baseline` the same translation by another checkout. Per command: the median
 wall time, the median CPU time (user + system: less moved by other load than the wall time), the peak
 resident memory, and the ratios to the floor. The machine, its load average and the figures go to a
 results file (benchmarks/results.py).
@@ -16,10 +18,12 @@ results file (benchmarks/results.py).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,9 +36,13 @@ SENTENCE = "The small dog sees a red ball.\n"
 FLOOR = "import torch; from transformers import PreTrainedModel, GenerationMixin, AutoTokenizer"
 
 
+CACHE = tempfile.mkdtemp(prefix="bench-startup-cache-")  # the ctranslate2 engine's converted models
+
+
 def run(argv: list[str], stdin: str | None, pythonpath: Path) -> dict:
     """One fresh process: wall seconds, CPU seconds (user + system) and peak RSS in MB, from wait4."""
     env = {**os.environ, "PYTHONPATH": str(pythonpath), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env["AIAYN_CACHE"] = CACHE
     start = time.perf_counter()
     process = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True
@@ -75,6 +83,12 @@ def main() -> None:
             REPO,
         ),
     }
+    if importlib.util.find_spec("ctranslate2"):
+        engine = [python, "-m", "aiayn_cli", "translate", "-m", args.model, "--engine", "ctranslate2"]
+        converted = run(engine, SENTENCE, REPO)  # converts the model once, into this run's cache
+        if converted["exit_code"] != 0:
+            raise SystemExit(f"--engine ctranslate2 failed: {converted['stderr']}")
+        commands["aiayn translate --engine ctranslate2, one sentence (converted)"] = (engine, SENTENCE, REPO)
     if args.baseline is not None:
         commands["baseline: aiayn translate, one sentence"] = (
             [python, "-m", "aiayn_cli", "translate", "-m", args.model],
@@ -109,6 +123,9 @@ def main() -> None:
     print(machine_summary())
     path = recorder.write({"model": args.model, "repeats": args.repeats, "rows": rows}, path=args.results)
     print(f"wrote {path}")
+    import shutil
+
+    shutil.rmtree(CACHE, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ process ends the run; one results JSON and one log, in the folder given.
 
     make gpu-bundle                                       # here, with network: .gpu-bundle/ (<= 64 MiB)
     python benchmarks/gpu_check.py OUT1 --parts environment,multi30k                            # there,
-    python benchmarks/gpu_check.py OUT2 --parts environment,tests,throughput,decoding,lost      # in two calls
+    python benchmarks/gpu_check.py OUT2 --parts environment,tests,throughput,host,decoding,lost # in two calls
     python benchmarks/gpu_check.py OUT --smoke            # every part on the CPU at tiny sizes (slow tier)
 
 Parts, in this order, each in processes of its own with a time limit (its own, and what is left of
@@ -18,6 +18,8 @@ Parts, in this order, each in processes of its own with a time limit (its own, a
                and alpha on val), then sacreBLEU of the averaged model on test2016 (aiayn evaluate)
   throughput   benchmarks/bench_train_wmt.py: base, bf16, 25,000-token batches, ours and Seq2SeqTrainer
                (each side in its own process: one side's failure is recorded as its own)
+  host         benchmarks/bench_train_host.py at full width (base, bf16): aiayn's training step against a
+               minimal loop over the same batches (the goal: the minimal loop at most 1 / 0.95 as fast)
   decoding     benchmarks/bench_decode_gpu.py: small and base, 1, 64 and 512 sentences, ours and generate();
                then ours with each of its two beam-cache paths (--cache-paths)
   lost         two machines' commands on one host, one GPU each (so it needs two), process 1 killed
@@ -49,11 +51,11 @@ sys.path.insert(0, str(REPO))
 from benchmarks.local_data import MULTI30K  # noqa: E402
 from benchmarks.results import Recorder, source_of  # noqa: E402
 
-PARTS = ("environment", "tests", "multi30k", "throughput", "decoding", "lost")
+PARTS = ("environment", "tests", "multi30k", "throughput", "host", "decoding", "lost")
 # Each part's own limit in seconds (the budget may leave less). tests: three `aiayn train` processes of
 # ~20 s each (12 tiny steps; CUDA's start included), one `accelerate launch`, translations, collection.
 # multi30k: its training process took 353 s of 5 minutes' training on an H100 (the part 404 s).
-LIMITS = {"environment": 60, "tests": 200, "multi30k": 480, "throughput": 240, "decoding": 150, "lost": 90}
+LIMITS = {"environment": 60, "tests": 200, "multi30k": 480, "throughput": 240, "host": 150, "decoding": 150, "lost": 90}
 GPU_TESTS = ("tests/test_gpu.py", "tests/test_decoding.py")
 MODULES = ("datasets", "evaluate", "pydantic", "sacremoses", "xxhash", "pytest")  # what the bundle brings
 
@@ -357,6 +359,24 @@ def part_throughput(check: Check, limit: float) -> dict:
     return {"ok": code == 0 and sides_ok, **figures, **({} if code == 0 else {"exit_code": code})}
 
 
+def part_host(check: Check, limit: float) -> dict:
+    """aiayn's training step against the minimal loop (`bench_train_host.py`), base at full width."""
+    out = check.work / "host.json"
+    command = [sys.executable, REPO / "benchmarks" / "bench_train_host.py", "--device", check.device, "--json", out]
+    command += ["--results", check.work / "host-results.json"]
+    if check.args.smoke:
+        command += ["--preset", "tiny", "--vocab", "300", "--sentences", "2", "--length", "6", "--steps", "2"]
+        command += ["--warmup", "1", "--rounds", "1", "--precision", "no"]
+    else:  # base as the paper has it; 256 pairs of up to 33 tokens a step
+        command += ["--d-model", "0", "--sentences", "256", "--length", "33", "--steps", "20", "--rounds", "3"]
+    code, _ = check.run(command, limit)
+    if not out.is_file():
+        return {"ok": False, "exit_code": code}
+    figures = json.loads(out.read_text())
+    speed = 1 / figures["ratio_aiayn_over_minimal"]  # aiayn's steps a second over the minimal loop's
+    return {"ok": code == 0, "aiayn_speed_over_minimal": round(speed, 4), "goal_met": speed >= 0.95, **figures}
+
+
 def part_decoding(check: Check, limit: float) -> dict:
     """Ours against generate(), then ours with each of its two cache paths (`--cache-paths`: the
     device's choice between them is measured where it applies)."""
@@ -520,6 +540,7 @@ PART_FUNCTIONS = {
     "multi30k": part_multi30k,
     "tests": part_tests,
     "throughput": part_throughput,
+    "host": part_host,
     "decoding": part_decoding,
     "lost": part_lost,
 }

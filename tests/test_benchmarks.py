@@ -315,3 +315,35 @@ def test_bench_decode_change_compares_two_revisions():
     _says_which_cpu(stdout)
     row = re.search(r"^\| small \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) ", stdout, re.M)
     assert row and all(float(v) > 0 for v in row.groups()), stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--steps", "1"), "--steps must be at least 2"),
+        (("--rounds", "0"), "--rounds must be at least 1"),
+        (("--d-model", "60"), "--d-model must be 0 or a multiple of 8 (the heads)"),
+    ],
+)
+def test_bench_train_host_refuses_bad_options_in_one_line(options, message, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench_train_host.py"])
+    from benchmarks.bench_train_host import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(list(options))
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"bench_train_host.py: error: {message}"
+
+
+def test_bench_train_host_times_both_loops_over_the_same_batches(tmp_path):
+    # a tiny run in this process: both sides step through every batch and the ratio is written
+    from benchmarks import results
+    from benchmarks.bench_train_host import main
+
+    out = tmp_path / "host.json"
+    args = ["--preset", "tiny", "--vocab", "60", "--sentences", "2", "--length", "6", "--steps", "2", "--warmup", "1"]
+    figures = main([*args, "--rounds", "1", "--precision", "no", "--results", str(out)])
+    record = results.read(out)
+    assert record["figures"] == json.loads(json.dumps(figures))
+    assert [len(figures["seconds_a_step"][side]) for side in ("aiayn", "minimal")] == [1, 1]
+    assert figures["ratio_aiayn_over_minimal"] > 0 and record["figures"]["precision"] == "no"

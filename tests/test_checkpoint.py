@@ -64,6 +64,19 @@ def test_average_rejects_mismatched_models(tmp_path):
         average_checkpoints([tmp_path])
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_average_refuses_a_checkpoint_holding_nan_and_writes_nothing(tmp_path, bad):
+    """The issue's row 8: a NaN checkpoint made a NaN model, exit 0 (refused only by translate later)."""
+    good, diverged = _saved(tmp_path, 1), tmp_path / "diverged"
+    model = _model(2)
+    with torch.no_grad():
+        model.model.encoder.layers[0].feed_forward.w_1.weight[0, 0] = bad
+    model.save_pretrained(diverged)
+    with pytest.raises(AiaynError, match=r"average: .*diverged: '.*w_1.weight' holds NaN or infinity"):
+        write_averaged_checkpoint([good, diverged], tmp_path / "averaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged", "m1"]
+
+
 def _fake_checkpoint(folder, step, complete=True):
     path = folder / f"checkpoint-{step}"
     path.mkdir(parents=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO_ROOT, cli_env, fill_disk, one_error_line, save_tiny_model, small_tmpfs, snapshot  # noqa: F401  (small_tmpfs: a fixture)
+from helpers import REPO_ROOT, cli_env, fill_disk, one_error_line, save_tiny_model, small_tmpfs, snapshot, split_corpus  # noqa: F401  (small_tmpfs: a fixture)
 from helpers import cli_here as aiayn
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
@@ -100,6 +100,38 @@ def _fake_run(run: Path, tiny: Path) -> Path:
     (run / "recipe.yaml").write_text("output_dir: run\n")
     (run / "metrics.jsonl").write_text('{"step": 10}\n')
     return run
+
+
+def test_a_run_folder_given_as_the_model_names_the_models_it_holds(monkeypatch, capsys, tmp_path, tiny):
+    """Every command that takes --model: a training run's folder is not a model, and the line names the
+    models in it (RUN/averaged, the last checkpoint), not transformers' "Unrecognized model"."""
+    from aiayn_cli.cli.reference import command_options
+
+    run = _fake_run(tmp_path / "run", tiny)
+    data, _, _ = split_corpus(tmp_path)
+    split = ["--data-dir", data, "-s", "en", "-t", "de", "--split", "test"]
+    commands = {
+        "translate": ["w5 w6"],
+        "evaluate": split,
+        "push": ["--repo-id", "u/m", "--dry-run", "--output-dir", tmp_path / "hub"],
+        "serve": ["--port", "0"],
+        "export": ["-o", tmp_path / "exported"],
+        "attention": ["w5 w6"],
+        "heads": [*split, "-o", tmp_path / "heads"],
+        "layers": ["w5 w6", "-o", tmp_path / "layers"],
+        "paper": ["scaling", "-o", tmp_path / "figures"],
+    }
+    assert set(commands) == {name for name, rows in command_options().items() if any(r.long == "--model" for r in rows)}
+    made = sorted(p.name for p in tmp_path.iterdir())
+    for averaged in (False, True):
+        if averaged:
+            shutil.copytree(tiny, run / "averaged")
+        named = f"{run / 'averaged'} (the averaged model) or " if averaged else ""
+        for command, args in commands.items():
+            line = one_error_line(*aiayn(monkeypatch, capsys, command, "-m", run, *args)[::2])
+            assert f"{run}: is a training run's folder, not a model; use {named}" in line, (command, line)
+            assert f"{run / 'checkpoint-30'} (the last checkpoint)" in line, (command, line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == made  # nothing written
 
 
 def test_average_never_replaces_its_inputs_or_a_run(monkeypatch, capsys, tmp_path, tiny):

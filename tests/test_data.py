@@ -205,7 +205,7 @@ def _bad_inputs(tmp_path):
             "missing file",
             DataSpec(source_file=tmp_path / "nope.en", target_file=tmp_path / "ok/train.de"),
             "train",
-            r"file not found: .*nope\.en",
+            r".*nope\.en: no such file",
         ),
         (
             "missing split",

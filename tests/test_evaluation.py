@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -133,7 +133,7 @@ def test_printed_table_has_sacrebleu_digits_and_signatures(tmp_path, monkeypatch
         signature, printed = rest.split(" = ", 1)
         assert rows[name][1] == printed.split()[0] == f"{value:.3f}"
         assert signature in rows[name]
-    assert "tokenized" not in out  # only with --paper-bleu
+    assert "tokenized BLEU" not in out  # the paper's, only with --paper-bleu
 
 
 def _wrapped_cli(args: list[str]) -> list[str]:
@@ -251,8 +251,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
     write(tmp_path / "refs.txt", REFS)
     (tmp_path / "empty.de").write_bytes(b"")
     return {
-        "missing file": (["-i", tmp_path / "nope.de", "-r", ref], ["nope.de", "file not found"]),
-        "missing reference": (["-i", hyp, "-r", tmp_path / "gone.de"], ["gone.de", "file not found"]),
+        "missing file": (["-i", tmp_path / "nope.de", "-r", ref], ["--hypotheses", "nope.de: no such file"]),
+        "missing reference": (["-i", hyp, "-r", tmp_path / "gone.de"], ["--references", "gone.de: no such file"]),
         "folder": (["-i", tmp_path, "-r", ref], [str(tmp_path), "folder"]),
         "line counts": (["-i", hyp, "-r", short], ["hyp.de", "8", "short.de", "5"]),
         "invalid utf-8": (["-i", hyp, "-r", bad], ["bad.de:3", "UTF-8", "0xff"]),
@@ -446,11 +446,11 @@ def test_paper_bleu_in_table_is_labelled():
 def test_package_data_covers_every_metric_module():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["aiayn_cli.evaluation.metrics"]
-    shipped = {Path(p) for pattern in patterns for p in glob.glob(str(METRICS_DIR / pattern))}
+    packages = pyproject["tool"]["setuptools"]["packages"]
     for folder in METRIC_MODULES.values():
-        # `evaluate.load(folder)` needs the script named after its folder.
-        assert METRICS_DIR / folder / f"{folder}.py" in shipped
+        # `evaluate.load(folder)` needs the script named after its folder, shipped as a package of one module.
+        assert (METRICS_DIR / folder / f"{folder}.py").is_file()
+        assert f"aiayn_cli.evaluation.metrics.{folder}" in packages
     assert "sacremoses" in " ".join(pyproject["project"]["dependencies"])
 
 
@@ -602,3 +602,83 @@ def test_inputs_for_scoring_are_a_library_call(tmp_path):
     with pytest.raises(AiaynError) as error:
         inputs_from_split(spec, "test")  # neither hypotheses nor a model
     assert str(error.value) == "with a data split give either hypotheses or model"
+
+
+def test_the_models_recipe_names_the_languages_of_the_split(tmp_path, monkeypatch, capsys):
+    """`evaluate --model M --data-dir D --split test` without -s/-t: the recipe saved beside the model
+    names them (as `serve` reads them); without a model, or without such a recipe, they are required."""
+    from helpers import save_tiny_model
+
+    data, _, _ = split_corpus(tmp_path)
+    model = save_tiny_model(tmp_path / "model")
+    args = ["--model", model, "--precision", "fp32", "--data-dir", data, "--split", "test"]
+    code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+    assert code == 2 and "--source-lang and --target-lang are required" in err
+    (model / "recipe.yaml").write_text("data:\n  source_lang: en\n  target_lang: de\n")
+    code, out, err = cli_here(monkeypatch, capsys, "evaluate", *args, "--json", tmp_path / "out.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "out.json").read_text())["num_segments"] == 20
+    (tmp_path / "hyp.de").write_text("w1\n" * 20)
+    code, _, err = cli_here(monkeypatch, capsys, "evaluate", "-i", tmp_path / "hyp.de", "--data-dir", data)
+    assert code == 2 and "--source-lang and --target-lang are required" in err
+
+
+def test_an_evaluation_is_a_library_call(tmp_path):
+    """`evaluate_translations`: what the command runs, mode by mode, with the command's checks."""
+    from aiayn_cli.data.spec import DataSpec
+    from aiayn_cli.evaluation.run import evaluate_translations
+
+    data, _, targets = split_corpus(tmp_path)
+    hyps = write(tmp_path / "hyp.de", [t if i % 2 else "w1" for i, t in enumerate(targets)])
+    spec = DataSpec(data_dir=str(data), source_lang="en", target_lang="de")
+    lines = []
+    from_split = evaluate_translations(hypotheses=hyps, data=spec, split="test", json_path=tmp_path / "r.json",
+                                       log=lines.append)  # fmt: skip
+    from_files = evaluate_translations(hypotheses=hyps, references=[data / "test.de"], metrics=["sacrebleu"])
+    expected = sacrebleu.corpus_bleu(hyps.read_text().splitlines(), [targets]).score
+    assert from_split["scores"]["sacrebleu"]["score"] == from_files["scores"]["sacrebleu"]["score"] == expected
+    assert from_split["inputs"]["split"] == "test" and lines[-1] == f"wrote {tmp_path / 'r.json'}"
+    with pytest.raises(AiaynError, match="either"):
+        evaluate_translations(data=spec)
+    with pytest.raises(AiaynError, match="not both"):
+        evaluate_translations(hypotheses=hyps, references=[data / "test.de"], data=spec)
+
+
+def test_bleu_on_lowercased_tokenized_text_as_papers_on_multi30k_report_it():
+    """`bleu_lc`: multi-bleu -lc on Moses-tokenized text (tokenizer.perl -l de, no compound splitting),
+    computed here with sacremoses and sacrebleu directly; a difference of case alone costs nothing."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    normalizer, tokenizer = MosesPunctNormalizer(lang="de"), MosesTokenizer(lang="de")
+
+    def tokenized(lines):
+        return [tokenizer.tokenize(normalizer.replace_unicode_punct(x), escape=True, return_str=True) for x in lines]
+
+    expected = sacrebleu.BLEU(tokenize="none", smooth_method="none", lowercase=True, force=True)
+    expected = expected.corpus_score(tokenized(HYPS), [tokenized(REFS)]).score
+    result = score(HYPS, REFS, metrics=["sacrebleu"], lang="de", lowercase_bleu=True)["scores"]
+    assert list(result) == ["sacrebleu", "bleu_lc"]
+    assert result["bleu_lc"]["score"] == pytest.approx(expected, abs=1e-9)
+    assert "case:lc" in result["bleu_lc"]["signature"] and "tok:moses-de|" in result["bleu_lc"]["signature"]
+    lowered = score([r.lower() for r in REFS], REFS, metrics=["sacrebleu"], lang="de", lowercase_bleu=True)["scores"]
+    assert lowered["bleu_lc"]["score"] == pytest.approx(100.0) and lowered["sacrebleu"]["score"] < 100
+
+
+def test_evaluate_reports_the_lowercased_tokenized_bleu_labelled(tmp_path, monkeypatch, capsys):
+    hyp, ref = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS)
+    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--json", tmp_path / "o.json")
+    assert code == 0, err
+    saved = json.loads((tmp_path / "o.json").read_text())["scores"]
+    assert saved["bleu_lc"]["name"] == "BLEU lowercased, tokenized" and saved["bleu_lc"]["lang"] == "de"
+    assert "NOT with sacreBLEU" in saved["bleu_lc"]["note"]
+    assert saved["bleu_lc"]["score"] == score(HYPS, REFS, lang="de", lowercase_bleu=True)["scores"]["bleu_lc"]["score"]
+    assert re.search(r"^BLEU lowercased, tokenized \+ +\d+\.\d\d  nrefs:1\|case:lc\|", out, re.M)
+    assert "+ BLEU on lowercased, Moses-tokenized text (tokenizer -l de, multi-bleu -lc)" in out
+    # The language unknown (no suffix it names): said on stderr, not guessed; --metrics without sacrebleu: none.
+    hyp_txt, ref_txt = write(tmp_path / "hyp.txt", HYPS), write(tmp_path / "ref.txt", REFS)
+    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp_txt, "-r", ref_txt)
+    assert code == 0 and "lowercased" not in out and "the references' language is unknown (give --lang" in err
+    code, out, _ = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp_txt, "-r", ref_txt, "--lang", "de")
+    assert code == 0 and "BLEU lowercased, tokenized +" in out
+    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf")
+    assert code == 0 and "lowercased" not in out + err

@@ -107,6 +107,24 @@ def test_resume_on_cuda_gives_the_uninterrupted_weights(task, whole_run, tmp_pat
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-5
 
 
+def test_fp16_with_dynamic_loss_scaling_trains_and_resumes_on_cuda(task, tmp_path):  # noqa: F811
+    # what `mixed_precision: auto` takes on a GPU without bf16 (T4, V100), forced here: fp16 autocast,
+    # accelerate's GradScaler, fused Adam given the scaler's flag; the scale saved and resumed exactly
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    fp16 = ("--precision", "fp16")
+    result = run_cli(*train_args(task, whole, *RESUME), *fp16, env=task["env"])
+    assert result.returncode == 0 and "precision: fp16" in result.stderr, result.stderr
+    assert (whole / "checkpoint-12" / "training_state" / "grad_scaler.json").is_file()
+    final = weights(whole / "checkpoint-12")
+    assert all(torch.isfinite(t).all() for t in final.values())
+    shutil.copytree(whole / "checkpoint-6", part / "checkpoint-6")
+    shutil.copy(whole / "recipe.yaml", part / "recipe.yaml")
+    resumed = run_cli(*train_args(task, part, *RESUME), *fp16, env=task["env"])
+    assert resumed.returncode == 0 and "resuming from" in resumed.stderr, resumed.stderr
+    b = weights(part / "checkpoint-12")
+    assert max(float((final[k] - b[k]).abs().max()) for k in final) <= 1e-3  # fp16 products
+
+
 @pytest.mark.skipif(LAUNCHER is None, reason="the accelerate launcher is not installed")
 def test_accelerate_launch_of_one_process_equals_a_plain_run(task, whole_run, tmp_path):  # noqa: F811
     launched = subprocess.run(

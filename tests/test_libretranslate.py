@@ -125,3 +125,35 @@ def test_bad_bodies_and_the_server_goes_on(server):
     with urllib.request.urlopen(request, timeout=60) as response:
         assert response.status == 200
     assert get(f"{server}/frontend/settings")[1]["charLimit"] == 200
+
+
+@pytest.mark.parametrize(
+    "alternatives, line",
+    [
+        ("Infinity", "Invalid request: alternatives parameter must be a whole number >= 0, not Infinity"),
+        ("1e400", "Invalid request: alternatives parameter must be a whole number >= 0, not Infinity"),
+        ("-Infinity", "Invalid request: alternatives parameter must be a whole number >= 0, not -Infinity"),
+        ("NaN", "Invalid request: alternatives parameter must be a whole number >= 0, not NaN"),
+        ("-1", "Invalid request: alternatives parameter must be a whole number >= 0, not -1"),
+        ("1.9", "Invalid request: alternatives parameter must be a whole number >= 0, not 1.9"),
+        ("true", "Invalid request: alternatives parameter must be a whole number >= 0, not true"),
+        ('"-1"', 'Invalid request: alternatives parameter must be a whole number >= 0, not "-1"'),
+        ("[1]", "Invalid request: alternatives parameter is not a number"),
+        ("99999999999999999999999", "Invalid request: alternatives parameter must be <= 3 (the beam holds 4)"),
+    ],
+)
+def test_alternatives_that_are_not_a_whole_number_get_400(server, alternatives, line):
+    """The issue's row 4: Infinity and 1e400 answered 500 in plain text (int() overflowed); -1, 1.9 and
+    true were taken silently."""
+    body = f'{{"q": "w1", "source": "en", "target": "de", "alternatives": {alternatives}}}'.encode()
+    assert post(f"{server}/translate", body) == (400, {"error": line})
+
+
+def test_a_body_nested_too_deeply_gets_400(server):
+    """The issue's row 4: a `q` nested past the parser's depth answered 500 in plain text."""
+    body = b'{"source": "en", "target": "de", "q": ' + b"[" * 1500 + b"]" * 1500 + b"}"
+    assert post(f"{server}/translate", body) == (
+        400,
+        {"error": "Invalid request: the body's JSON is nested too deeply"},
+    )
+    assert post(f"{server}/translate", {"q": "w1", "source": "en", "target": "de", "alternatives": "1"})[0] == 200

@@ -54,7 +54,7 @@ def test_replace_mode_reports_each_bad_line(tmp_path):
 
 
 def test_missing_file_and_folder(tmp_path):
-    with pytest.raises(AiaynError, match="file not found"):
+    with pytest.raises(AiaynError, match="absent.txt: no such file"):
         read_lines(tmp_path / "absent.txt")
     with pytest.raises(AiaynError, match="is a folder"):
         read_lines(tmp_path)

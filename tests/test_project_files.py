@@ -18,7 +18,7 @@ def project() -> dict:
 
 
 def test_license_is_the_apache_2_text_that_pyproject_names(project):
-    assert project["license"] == {"text": "Apache-2.0"}
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]  # SPDX expression
     text = (REPO_ROOT / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert (
@@ -31,7 +31,7 @@ def test_citation_names_this_version_the_license_and_the_paper(project):
     citation = yaml.safe_load((REPO_ROOT / "CITATION.cff").read_text(encoding="utf-8"))
     assert citation["cff-version"] == "1.2.0"
     assert citation["version"] == aiayn_cli.__version__
-    assert citation["license"] == project["license"]["text"]
+    assert citation["license"] == project["license"]
     assert citation["preferred-citation"]["title"] == "Attention Is All You Need"
     assert citation["preferred-citation"]["year"] == 2017
 

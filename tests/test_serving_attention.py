@@ -136,3 +136,58 @@ def test_look_inside_draws_the_apis_weights_in_chromium(served):
     assert checked == 24
     assert "16 tokens, more than the limit of 12" in message
     assert errors == []
+
+
+def test_attention_and_translate_under_concurrent_load_answer_as_one_at_a_time(served):
+    """The issue's row 3: threads on `/v1/attention` beside threads on `/v1/translate` got HTTP 500s (the
+    score hooks of one request ran in another's forward). 4 + 4 threads, 12 requests each, bounded in
+    time: no 5xx, and every answer equal to the same request's answer alone (its translation exactly,
+    its numbers to 2e-4)."""
+    import threading
+
+    url, _ = served
+    sentences = [SENTENCE, "w9 w10 w11", "w21 w22", "w30 w5 w6 w7", "w12"]
+    requests = [("attention", {"text": s}) for s in sentences]
+    requests += [("attention", {"text": sentences[0], "reference": "w9 w10 w11"})]
+    requests += [("translate", {"text": s, "beam": 2}) for s in sentences]
+    alone = [post(f"{url}/v1/{path}", body, timeout=60) for path, body in requests]
+    assert all(status == 200 for status, _ in alone), alone
+    failures, lock = [], threading.Lock()
+
+    def client(number: int, path: str) -> None:
+        mine = [i for i, (p, _) in enumerate(requests) if p == path]
+        for step in range(12):
+            index = mine[(number + step) % len(mine)]
+            try:
+                got = post(f"{url}/v1/{path}", requests[index][1], timeout=60)
+            except Exception as err:  # noqa: BLE001 - a refused connection or a timeout is a failure too
+                got = (None, repr(err))
+            difference = _difference(got[1], alone[index][1]) if got[0] == 200 else str(got[1])[:300]
+            if got[0] != 200 or difference:
+                with lock:
+                    failures.append((path, requests[index][1], got[0], difference))
+
+    threads = [
+        threading.Thread(target=client, args=(n, p), daemon=True) for n in range(4) for p in ("attention", "translate")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=240)
+    assert not any(thread.is_alive() for thread in threads), "a client did not finish in 4 minutes"
+    assert failures == [], failures[:5]
+
+
+def _difference(got, expected, where="") -> str:
+    """Where two JSON answers differ ("" where they agree): numbers to 2e-4 (threads running side by side
+    split a matmul's sums differently, and a value rounded to 4 decimals may then move by one unit), all
+    else exactly."""
+    if isinstance(got, float) and isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return "" if abs(got - expected) <= 2e-4 else f"{where}: {got} != {expected}"
+    if isinstance(got, dict) and isinstance(expected, dict) and got.keys() == expected.keys():
+        return next(filter(None, (_difference(got[k], expected[k], f"{where}.{k}") for k in got)), "")
+    if isinstance(got, list) and isinstance(expected, list) and len(got) == len(expected):
+        return next(
+            filter(None, (_difference(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(got, expected)))), ""
+        )
+    return "" if got == expected else f"{where}: {str(got)[:200]} != {str(expected)[:200]}"

@@ -313,3 +313,17 @@ def test_the_recipes_attention_kernels_hold_while_the_run_trains_and_are_restore
     trainer.train(recipe, show_progress=False)
     assert seen == (before if kernels is None else {name: name in kernels for name in flags})
     assert {name: flag() for name, flag in flags.items()} == before
+
+
+def test_gradient_checkpointing_trains_the_same_weights(task, tmp_path):
+    # the recipe key recomputes each layer in the backward pass: same dropout masks, same weights (fp32,
+    # to float rounding: the recomputed forward sums in the same order)
+    runs = {}
+    for flag in ("false", "true"):
+        out = tmp_path / flag
+        quick = [x for key in ("valid_split=null", "best_metric=loss", "average_last=null") for x in ("--set", key)]
+        args = train_args(task, out, "--max-steps", "3", *quick, "--set", f"gradient_checkpointing={flag}")
+        result = run_cli(*args, env=task["env"])
+        assert result.returncode == 0, result.stderr
+        runs[flag] = weights(out / "checkpoint-3")
+    assert max_difference(runs["false"], runs["true"]) < 1e-5

@@ -237,3 +237,199 @@ def test_two_runs_started_together_one_trains_the_other_refuses(task, tmp_path, 
     line = one_error_line(result.returncode, result.stderr)
     assert line.startswith(f"error: {out / 'checkpoint-60'}/training_state/custom_checkpoint_0.pkl: a pickle")
     assert not marker.exists()
+
+
+class _HostReads:
+    """Every read of a tensor's value by the host (`item`, `int`, `float`, `bool`: aten's
+    `_local_scalar_dense`; `tolist`) while active, with the loop's function it happened in and the
+    innermost function of the package. On a CPU every tensor is the host's: a read is counted
+    wherever it is, as a GPU would make the host wait there."""
+
+    # where the host may read: the log lines, validation, checkpoints; and the data loader's own batches
+    # (host tensors before they go to the device)
+    EVENTS = ("_log_train", "_validate", "_checkpoint", "_save_history", "_global_batches")
+
+    def __init__(self, monkeypatch):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.reads: list[tuple[str, str]] = []
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func is torch.ops.aten._local_scalar_dense.default:
+                    outer.note()
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        real_tolist = torch.Tensor.tolist
+
+        def tolist(tensor):
+            outer.note()
+            return real_tolist(tensor)
+
+        monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+
+    def note(self) -> None:
+        import traceback
+
+        frames = [frame for frame in traceback.extract_stack() if "aiayn_cli" in frame.filename]
+        names = [(Path(frame.filename).name, frame.name) for frame in frames]
+        event = next((name for file, name in names if file == "loop.py" and name in self.EVENTS), "in a step")
+        where = f"{names[-1][0]}:{names[-1][1]}" if names else "?"
+        self.reads.append((event, where))
+
+
+def test_the_host_never_waits_for_the_device_between_log_lines(monkeypatch, task, tmp_path):
+    # 8 steps, a log line and a checkpoint every 4: the host reads the device's values only there (the
+    # losses, the non-finite flag, the weights). The model's own `padding_mask` still reads one value per
+    # forward pass (`bool(attention_mask.all())`): counted apart, a known branch of the model.
+    import aiayn_cli.training.loop as loop
+    from aiayn_cli.training.recipe import load_recipe
+    from aiayn_cli.training.trainer import train
+
+    reads = _HostReads(monkeypatch)
+    real_loop = loop.Run._loop
+
+    def counted(run):
+        with reads.mode:
+            return real_loop(run)
+
+    monkeypatch.setattr(loop.Run, "_loop", counted)
+    overrides = {
+        "output_dir": str(tmp_path / "run"),
+        "tokenizer": str(task["tokenizer"]),
+        "tokenizer_training": None,
+        "data.data_dir": str(task["data"]),
+        "max_steps": 8,
+        "log_every_steps": 4,
+        "checkpoint_every_steps": 4,
+        "checkpoint_every_minutes": None,
+        "valid_split": None,
+        "best_metric": "loss",
+        "average_last": None,
+        "trackers": [],
+        "mixed_precision": "no",
+    }
+    train(load_recipe(TINY, overrides), show_progress=False)
+    in_steps = [where for event, where in reads.reads if event == "in a step"]
+    model = [where for where in in_steps if where == "modeling_aiayn.py:padding_mask"]
+    assert [where for where in in_steps if where not in model] == [], in_steps
+    assert len(model) == 2 * 8  # encoder and decoder, one forward pass a step (update_freq 1)
+    assert {event for event, _ in reads.reads} - {"in a step"} <= set(_HostReads.EVENTS)
+    assert any(event == "_log_train" for event, _ in reads.reads)  # the counter sees the reads that remain
+
+
+def _guarded_steps(losses_to_poison: set[int], steps: int = 3, guard: bool = True):
+    """A tiny model's weights and Adam's state after `steps` steps (fused Adam, clip 1.0), the guard's
+    (or, with `guard` False, the plain step: backward, clip, `optimizer.step()`)."""
+    from types import SimpleNamespace
+
+    from helpers import tiny_model
+
+    from aiayn_cli.training.guard import NonFiniteGuard
+    from aiayn_cli.training.loss import batch_loss
+
+    model = tiny_model().train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    accelerator = SimpleNamespace(device=torch.device("cpu"), num_processes=1, scaler=None)
+    checks = NonFiniteGuard(accelerator, optimizer, kept=lambda: "no checkpoint was written yet")
+    generator = torch.Generator().manual_seed(5)
+    for step in range(1, steps + 1):
+        batch = {
+            "input_ids": torch.randint(4, 72, (4, 7), generator=generator),
+            "attention_mask": torch.ones(4, 7, dtype=torch.long),
+            "labels": torch.randint(4, 72, (4, 6), generator=generator),
+        }
+        torch.manual_seed(step)  # the dropout masks
+        out = batch_loss(model, batch, model.config, 0.1)
+        loss = out.loss * float("nan") if step in losses_to_poison else out.loss
+        (loss / out.ntokens).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if guard:
+            checks.record(torch.stack([loss.detach(), out.nll.detach()]).double(), step)
+            checks.update(optimizer.step)
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    state = [optimizer.state[p]["step"].item() for p in model.parameters()]
+    return {k: v.clone() for k, v in model.state_dict().items()}, state, checks
+
+
+def test_the_guarded_step_gives_the_plain_steps_weights_and_skips_a_non_finite_one_on_the_device():
+    # fp32 on the CPU, fused Adam: with no bad loss the weights equal the plain step's bit for bit; a NaN
+    # loss at step 2 leaves the weights and Adam's step count of step 1, and the host learns it when it reads
+    plain, plain_state, _ = _guarded_steps(set(), guard=False)
+    guarded, guarded_state, checks = _guarded_steps(set())
+    assert guarded_state == plain_state == [3.0] * len(plain_state)
+    assert all(torch.equal(plain[k], guarded[k]) for k in plain)
+    checks.raise_if_found()  # nothing found: no error
+
+    one, _, _ = _guarded_steps(set(), steps=1, guard=False)
+    skipped, skipped_state, checks = _guarded_steps({2})
+    assert skipped_state == [1.0] * len(skipped_state)  # steps 2 and 3 were not applied
+    assert all(torch.equal(one[k], skipped[k]) for k in one)
+    with pytest.raises(Exception, match=r"step 2: the loss is not finite \(nan\); stopped before applying"):
+        checks.raise_if_found()
+
+
+@pytest.mark.slow  # fp16 is emulated on a CPU: minutes
+def test_fp16_trains_with_dynamic_loss_scaling_and_saves_the_scale(monkeypatch, capsys, task, tmp_path):
+    # fp16 forced on the CPU runs the path `mixed_precision: auto` takes on a GPU without bf16: autocast in
+    # fp16, torch.amp.GradScaler's scaled loss, fused Adam given the scaler's flag; the scale is saved.
+    # (test_gpu_check's fp16 entry runs it on a GPU.)
+    out = tmp_path / "run"
+    args = _quick_args(task["data"], task["tokenizer"], out, 4, "--set", "mixed_precision=fp16")
+    code, _, err = aiayn(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert "precision: fp16 (asked for)" in err
+    scaler = json.loads((out / "checkpoint-4" / "training_state" / "grad_scaler.json").read_text())
+    assert 0 < scaler["scale"] <= 65536.0 and scaler["_growth_tracker"] >= 0
+    final = weights(out / "checkpoint-4")
+    assert all(torch.isfinite(t).all() for t in final.values())
+    assert max_difference(final, weights(out / "checkpoint-2")) > 0  # the updates were applied
+
+
+def test_auto_takes_fp16_on_a_cuda_gpu_without_bf16(monkeypatch):
+    from types import SimpleNamespace
+
+    import aiayn_cli.training.trainer as trainer
+    from aiayn_cli.precision import PrecisionChoice
+    from aiayn_cli.training.recipe import load_recipe
+
+    monkeypatch.setattr(trainer, "_process_state", lambda: SimpleNamespace(device=torch.device("cuda", 0)))
+    without = PrecisionChoice("no", "auto: Tesla T4 has no native bf16")
+    monkeypatch.setattr(trainer, "choose_precision", lambda requested, device: without)
+    choice = trainer.run_precision(load_recipe(TINY, {"mixed_precision": "auto"}))
+    assert (
+        choice.precision == "fp16"
+        and choice.reason == "auto: Tesla T4 has no native bf16: fp16 with dynamic loss scaling"
+    )
+    assert trainer.run_precision(load_recipe(TINY, {"mixed_precision": "no"})).precision == "no"
+
+
+def test_under_a_loss_scaler_a_non_finite_loss_makes_the_scaler_skip_the_update():
+    # fp16's path, in fp32 on the CPU: the guard makes the loss that reaches backward NaN, the scaler
+    # finds it in the gradients, fused Adam leaves everything as it was, and the scale backs off
+    from types import SimpleNamespace
+
+    from aiayn_cli.training.guard import NonFiniteGuard
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 3)
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    accelerator = SimpleNamespace(device=torch.device("cpu"), num_processes=1, scaler=scaler)
+    guard = NonFiniteGuard(accelerator, optimizer, kept=lambda: "no checkpoint was written yet")
+    for poisoned in (True, False):
+        loss = layer(torch.randn(2, 4)).square().sum() * (float("inf") if poisoned else 1.0)
+        scaler.scale(guard.poison(loss.detach(), loss)).backward()
+        guard.record(torch.stack([loss.detach(), loss.detach()]).double(), 1)
+        guard.update(lambda: scaler.step(optimizer))
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    assert all(torch.equal(before[k], v) for k, v in layer.state_dict().items())  # the second one too: sticky
+    assert scaler.get_scale() == 256.0  # backed off twice
+    with pytest.raises(Exception, match=r"step 1: the loss is not finite \(inf\)"):
+        guard.raise_if_found()

@@ -153,6 +153,8 @@ def error_line(err: BaseException) -> tuple[str | None, int]:
         reason = err.strerror or first_line(err)
         names = [str(name) for name in (err.filename, err.filename2) if name is not None]
         return "error: " + "".join(f"{name}: " for name in names[:1]) + reason, 2
+    if isinstance(err, MemoryError) or "not enough memory" in str(err) or type(err).__name__ == "OutOfMemoryError":
+        return f"error: out of memory ({first_line(err) or 'MemoryError'}): a smaller model, beam or batch", 1
     if type(err).__name__ == "SafetensorError":  # safetensors' Rust error: a damaged or truncated file
         return f"error: a safetensors file is damaged or truncated: {first_line(err)}", 2
     return None, 1

@@ -219,7 +219,9 @@ class Command(TyperCommand):
         if self.name in RENAMED:
             takes_value = {r.old for r in RENAMED[self.name] if self._takes_value(r.new)}
             args = rewrite_renamed(self.name, args, takes_value)
-        return super().parse_args(ctx, args)
+        rest = super().parse_args(ctx, args)
+        _check_text_is_utf8(self.params, ctx.params)
+        return rest
 
     def _takes_value(self, flag: str) -> bool:
         return any(flag in param.opts and not getattr(param, "is_flag", False) for param in self.params)
@@ -227,6 +229,21 @@ class Command(TyperCommand):
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with _plain_help(self, self.get_params(ctx), self.name):
             super().format_help(ctx, formatter)
+
+
+def _check_text_is_utf8(params: list[click.Parameter], values: dict) -> None:
+    """A text value (a sentence, a reference, a key; not a path) that came with a byte that is not UTF-8
+    (Python keeps it as a lone surrogate) is refused naming it, before a tokenizer fails on it."""
+    for param in params:  # a path option's value is a Path by now, and a file may have any name
+        value = values.get(param.name)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and any("\udc80" <= ch <= "\udcff" for ch in item):
+                shown = max(param.opts, key=len) if param.opts[0].startswith("-") else param.metavar or param.name
+                byte = next(ord(ch) - 0xDC00 for ch in item if "\udc80" <= ch <= "\udcff")
+                raise typer.BadParameter(
+                    f"not valid UTF-8 (byte 0x{byte:02x} in {ascii(item.encode('utf-8', 'surrogateescape'))[2:-1]})",
+                    param_hint=shown,
+                )
 
 
 class Group(TyperGroup):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -98,6 +99,14 @@ def quantization_option(panel: str | None = None) -> Any:
     )
 
 
+def overwrite_option(command: str) -> Any:
+    """`--overwrite` of a command that writes named files into an output folder (the output rule:
+    `files.staging_files`)."""
+    return typer.Option(
+        "--overwrite", help=f"Replace files in --output-dir that aiayn {command} did not write (or that were edited)."
+    )
+
+
 def device_option(panel: str | None = None) -> Any:
     """`--device auto|cpu|cuda|cuda:N|mps`, `auto` by default everywhere."""
     return typer.Option(
@@ -108,11 +117,20 @@ def device_option(panel: str | None = None) -> Any:
     )
 
 
+def _check_threads(value: int | None) -> int | None:
+    """At most four threads per core: --threads 1000000 started threads until none could be (a crash)."""
+    cores = os.cpu_count() or 1
+    if value is not None and value > 4 * cores:
+        raise typer.BadParameter(f"at most {4 * cores} (4 per core of this machine's {cores}), got {value}")
+    return value
+
+
 def threads_option(panel: str | None = None) -> Any:
-    """`--threads N`: the most CPU threads."""
+    """`--threads N`: the most CPU threads (at most four per core)."""
     return typer.Option(
         "--threads",
         min=1,
+        callback=_check_threads,
         metavar="N",
         rich_help_panel=panel,
         help="The most CPU threads (default: PyTorch's, one per core); batches of few sentences decode on one, "
@@ -481,9 +499,9 @@ def engine_option(panel: str | None = None) -> Any:
         "--engine",
         metavar="torch|ctranslate2",
         rich_help_panel=panel,
-        help="torch: aiayn's decoder (every option; the paper's GNMT length penalty). ctranslate2: the model "
-        "converted once for CTranslate2 (kept in the cache folder, $AIAYN_CACHE) and decoded there; its beam "
-        "search needs --length-penalty-style hf; --quantization int8 is its int8.",
+        help="torch: aiayn's decoder (every option). ctranslate2: the model converted once for CTranslate2 (kept "
+        "in the cache folder, $AIAYN_CACHE) and decoded there, its finished hypotheses ranked by the same length "
+        "penalty (the paper's GNMT by default); --quantization int8 is its int8.",
     )
 
 
@@ -540,10 +558,14 @@ def recipe_overrides(set_values: list[str] | None, data: dict[str, Any], flags: 
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise AiaynError(f"--set {item}: expected KEY=VALUE, e.g. --set lr_scale=2")
+        if not all(part.isidentifier() for part in key.strip().split(".")):
+            raise AiaynError(f"--set {item}: KEY is a recipe key, dotted within a section (e.g. model.d_ff)")
         try:
             overrides[key.strip()] = yaml_text.loads(text) if text.strip() else None
         except yaml.YAMLError:
             raise AiaynError(f"--set {item}: the value is not valid YAML") from None
+        except RecursionError:
+            raise AiaynError(f"--set {key.strip()}: the value is nested too deeply") from None
     if any(data.get(name) is not None for name in DATA_SOURCES):
         overrides.update({f"data.{name}": _plain(data.get(name)) for name in DATA_SOURCES})
     given = {**{f"data.{k}": v for k, v in data.items() if k not in DATA_SOURCES}, **flags}

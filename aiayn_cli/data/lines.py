@@ -40,7 +40,7 @@ def open_text(path: str | Path):
     try:
         return open(path, "rb")
     except FileNotFoundError:
-        raise AiaynError(f"file not found: {path}") from None
+        raise AiaynError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise AiaynError(f"{path}: is a folder, not a file") from None
     except PermissionError:

@@ -128,7 +128,7 @@ def file_digest(path: Path, identity_file: Path | None = None) -> bytes:
     try:
         stat = path.stat()
     except FileNotFoundError:
-        raise AiaynError(f"file not found: {path}") from None
+        raise AiaynError(f"{path}: no such file") from None
     identity = [stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev]
     key = str(path.resolve())
     known = _read_identities(identity_file)

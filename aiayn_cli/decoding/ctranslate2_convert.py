@@ -20,6 +20,7 @@ the paper's GNMT penalty ((5 + |Y|) / 6)^alpha: its translations match
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -58,11 +59,12 @@ def save_ctranslate2(
     output_dir: str | Path,
     quantization: str = "float32",
     keep_existing: bool = False,
+    finish: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write a loaded model (float32, checked as `load` checks it) as a CTranslate2 model folder: the
     weights, the tokenizer, the generation_config and a README, all or nothing (`staging_dir`).
     `keep_existing`: where `output_dir` appeared meanwhile (another process converted the same
-    model), keep it."""
+    model), keep it. `finish`: called on the filled folder before it takes `output_dir`'s place."""
     spec = transformer_spec_of(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
@@ -73,6 +75,8 @@ def save_ctranslate2(
         tokenizer.save_pretrained(staging)
         model.generation_config.save_pretrained(staging)
         (staging / "README.md").write_text(readme(model, quantization), encoding="utf-8")
+        if finish is not None:
+            finish(staging)
     return output_dir
 
 

@@ -5,12 +5,12 @@
 
 As CTranslate2's own `Translator(model_path, device, compute_type)`: the engine reads only the
 converted folder (its vocabulary maps aiayn's token ids to CTranslate2's tokens). CTranslate2 does
-what aiayn's search does where it has the option (`ctranslate2_options`), and an option it has not
-is refused in one line rather than replaced by another: its beam search ranks finished hypotheses
-by |Y|^alpha (`length_penalty_style hf`), not by the paper's GNMT penalty, so a beam search with
-`gnmt` and alpha != 0 is refused. Greedy search and sampling do not depend on the penalty, so there
-the score is computed under either style. Where aiayn forces `</s>` at a sentence's maximum length,
-CTranslate2 returns the hypothesis unfinished (cut to that length here).
+what aiayn's search does (`ctranslate2_options`). Its beam search ranks finished hypotheses by
+|Y|^alpha (`length_penalty_style hf`); for the paper's GNMT penalty, aiayn's default, it returns
+the beam's finished hypotheses with their summed log-probabilities, which are ranked here by
+((5 + |Y|) / 6)^alpha (`search.length_penalty`). Where aiayn forces `</s>` at a sentence's maximum
+length, CTranslate2 returns the hypothesis unfinished: it is cut to that length and scored with
+`</s>` after it.
 """
 
 from __future__ import annotations
@@ -20,21 +20,12 @@ import math
 from pathlib import Path
 
 from ..errors import AiaynError
-from .defaults import DecodingOptions
-from .search import Hypothesis, length_penalty, max_output_lengths
+from .defaults import DecodingOptions, Hypothesis, length_penalty, max_output_lengths
 
 # aiayn's dtype (--precision, --quantization int8) -> CTranslate2's compute_type. CTranslate2 has no bfloat16 or float16 on CPUs
 # (`ctranslate2.get_supported_compute_types("cpu")`); auto is float32 there, the precision whose
 # translations are the torch engine's (its int8 is a choice, as for the torch engine).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
-
-
-def needs_ctranslate2() -> None:
-    """An `AiaynError` keyed `engine` where the ctranslate2 extra is not installed."""
-    try:
-        import ctranslate2  # noqa: F401
-    except ImportError:
-        raise AiaynError("ctranslate2: needs CTranslate2: pip install 'aiayn-cli[ctranslate2]'", key="engine") from None
 
 
 def ctranslate2_device(device) -> tuple[str, int]:
@@ -75,24 +66,18 @@ def compute_type(dtype: str | None, device: str) -> str:
 
 
 def ctranslate2_options(options: DecodingOptions) -> dict:
-    """`translate_batch`'s arguments for `options` (the length limits apart), or an `AiaynError`
-    naming the option CTranslate2 cannot honour."""
-    search = options.num_beams > 1 and not options.do_sample
-    if search and options.length_penalty_style == "gnmt" and options.length_penalty != 0:
-        raise AiaynError(
-            "gnmt: CTranslate2's beam search ranks by |Y|^alpha, not by the paper's GNMT penalty; "
-            "use {length_penalty_style} hf (or {engine} torch)",
-            key="length_penalty_style",
-            mentions=("length_penalty_style", "engine"),
-        )
+    """`translate_batch`'s arguments for `options` (the length limits apart). CTranslate2's beam search
+    ranks finished hypotheses by log p / |Y|^alpha (`length_penalty_style hf`); for the paper's GNMT
+    penalty it is asked for alpha 0, and returns the beam's finished hypotheses with their summed log p,
+    which `CTranslate2Engine.decode` ranks by log p / ((5 + |Y|) / 6)^alpha."""
     arguments = dict(
         num_hypotheses=options.nbest,
-        length_penalty=options.length_penalty,
+        length_penalty=ctranslate2_alpha(options),
         return_scores=True,
         return_end_token=True,
         max_input_length=0,  # the sources are cut to the model's limit already (`on_long`)
     )
-    if search:
+    if options.num_beams > 1 and not options.do_sample:
         return {**arguments, "beam_size": options.num_beams, "sampling_topk": 1}
     if not options.do_sample:  # greedy
         return {**arguments, "beam_size": 1, "sampling_topk": 1}
@@ -103,6 +88,11 @@ def ctranslate2_options(options: DecodingOptions) -> dict:
         "sampling_topp": options.top_p,
         "sampling_temperature": options.temperature,
     }
+
+
+def ctranslate2_alpha(options: DecodingOptions) -> float:
+    """The alpha CTranslate2 divides by |Y|^alpha with: the one asked for under `hf`, else 0 (log p)."""
+    return options.length_penalty if options.length_penalty_style == "hf" else 0.0
 
 
 def read_vocabulary(folder: Path) -> list[str]:
@@ -169,10 +159,6 @@ class CTranslate2Engine:
             self.replicas = self._load(replicas=True)
         return self.replicas, -(-sentences // self.threads)
 
-    def check(self, options: DecodingOptions) -> None:
-        """An `AiaynError` where CTranslate2 cannot decode with `options`."""
-        ctranslate2_options(options)
-
     def decode(self, sources: list[list[int]], options: DecodingOptions) -> list[list[Hypothesis]]:
         """Each source's hypotheses, best first: `sources` are token ids ending with `</s>`."""
         import ctranslate2
@@ -180,23 +166,31 @@ class CTranslate2Engine:
         arguments = ctranslate2_options(options)
         tokens = [[self.tokens[i] for i in ids] for ids in sources]
         max_lens = max_output_lengths([len(s) for s in sources], options, self.output_cap)
-        translator, part = self.translator_for(len(tokens))
+        seeded = None
         if options.do_sample and options.seed is not None:
             # CTranslate2's workers seed their generators when they start: a seeded call gets its own.
             ctranslate2.set_random_seed(options.seed)
-            translator, part = self._load(), 0
+            seeded = self._load()
         search = options.num_beams > 1 and not options.do_sample
-        if search:  # every candidate the beam ends with: those cut at their limit are ranked again below
+        if search:  # every candidate the beam ends with, ranked again below (GNMT's penalty, the length limit)
             arguments["num_hypotheses"] = options.num_beams
-        results = translator.translate_batch(
-            tokens,
-            max_batch_size=part,  # parts decoded at once by the replicas (0: the whole batch)
-            max_decoding_length=max(max_lens) + 1,  # the tokens and </s>
-            min_decoding_length=options.min_len,
-            **arguments,
-        )
+        # One call per maximum length: CTranslate2 stops there with the beam's live hypotheses of that
+        # many tokens, which `_end_at_the_limit` ends with </s>, as aiayn's search forces it there.
+        results: list = [None] * len(tokens)
+        for limit in sorted(set(max_lens)):
+            rows = [i for i, n in enumerate(max_lens) if n == limit]
+            translator, part = (seeded, 0) if seeded is not None else self.translator_for(len(rows))
+            found = translator.translate_batch(
+                [tokens[i] for i in rows],
+                max_batch_size=part,  # parts decoded at once by the replicas (0: the whole batch)
+                max_decoding_length=limit,  # </s> included: a hypothesis of `limit` tokens is cut there
+                min_decoding_length=options.min_len,
+                **arguments,
+            )
+            for i, result in zip(rows, found):
+                results[i] = result
         hypotheses = [self._hypotheses(result, limit, options) for result, limit in zip(results, max_lens)]
-        self._end_at_the_limit(translator, tokens, hypotheses, options)
+        self._end_at_the_limit(seeded or self.ctranslate2, tokens, hypotheses, options)
         for i, hyps in enumerate(hypotheses):
             if search:  # a prefix cut at the limit may be another candidate too: the better one stays
                 hyps = list({tuple(h.tokens): h for h in sorted(hyps, key=lambda h: h.score)}.values())
@@ -205,17 +199,17 @@ class CTranslate2Engine:
 
     def _hypotheses(self, result, limit: int, options: DecodingOptions) -> list[Hypothesis]:
         """aiayn's hypotheses from CTranslate2's: ids without `</s>`, log p, and the score under the
-        style asked for (CTranslate2's score is log p / |Y|^alpha, |Y| counting `</s>` where it ended).
+        penalty asked for (CTranslate2's score is log p / |Y|^alpha with `ctranslate2_alpha`, |Y|
+        counting `</s>`).
         A hypothesis that did not end within `limit` tokens is cut there, its log p left as NaN for
         `_end_at_the_limit`."""
-        alpha = options.length_penalty
-        hypotheses = []
+        alpha, hypotheses = ctranslate2_alpha(options), []
         for tokens, score in zip(result.hypotheses, result.scores):
             ended = bool(tokens) and tokens[-1] == self.eos
             tokens = tokens[:-1] if ended else tokens
             if ended and len(tokens) <= limit:
                 log_prob = score * length_penalty(len(tokens) + 1, alpha, "hf")
-                lp = length_penalty(len(tokens) + 1, alpha, options.length_penalty_style)
+                lp = length_penalty(len(tokens) + 1, options.length_penalty, options.length_penalty_style)
                 hypotheses.append(Hypothesis([self.ids[t] for t in tokens], log_prob / lp, log_prob))
             else:
                 hypotheses.append(Hypothesis([self.ids[t] for t in tokens[:limit]], math.nan, math.nan))

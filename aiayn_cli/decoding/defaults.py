@@ -22,6 +22,8 @@ MAX_TOKENS = 2048  # source tokens per batch, padding included
 BATCH_SIZE = 64  # sentences per batch
 ENGINES = ("torch", "ctranslate2")  # aiayn's decoder; the model converted once and run by CTranslate2
 LENGTH_PENALTY_STYLES = ("gnmt", "hf")
+# The largest beam (and n-best): a beam's state grows with it (1,000,000 asked for a 29 GB allocation).
+MAX_BEAM = 1024
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,9 @@ class DecodingOptions:
         seed: seed of the sampling generator (None: not seeded).
     """
 
-    num_beams: int = _option(4, Flag("--beam", "N", "Beam size; 1 is greedy search.", "-b", low=1, request_high=32))
+    num_beams: int = _option(
+        4, Flag("--beam", "N", "Beam size; 1 is greedy search.", "-b", low=1, high=MAX_BEAM, request_high=32)
+    )
     length_penalty: float = _option(
         0.6,
         Flag(
@@ -99,6 +103,7 @@ class DecodingOptions:
             "N",
             "Hypotheses per input (at most the beam size; with --sample, the number of samples).",
             low=1,
+            high=MAX_BEAM,
             request_high=32,
         ),  # fmt: skip
     )
@@ -146,6 +151,51 @@ class DecodingOptions:
             raise AiaynError(f"must be between 1 and the beam size ({self.num_beams}), got {self.nbest}", key="nbest")
 
 
+# ---------------------------------------------------------------------------------------------
+# What every engine shares: the length penalty, the length limits, the hypotheses
+# ---------------------------------------------------------------------------------------------
+
+
+def length_penalty(length: int, alpha: float, style: str = "gnmt") -> float:
+    """lp(|Y|), which a finished hypothesis's summed log-probability is divided by.
+
+    GNMT [38] (Wu et al., 2016, eq. 14): lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha.
+    Hugging Face `generate()`: lp(Y) = |Y|^alpha.
+    """
+    if style == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if style == "hf":
+        return float(length) ** alpha
+    raise ValueError(f"length_penalty_style must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {style!r}")
+
+
+@dataclass
+class Hypothesis:
+    """A finished translation: token ids without `<s>` and `</s>`, its score (log_prob / lp) and log-probability."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+def max_output_lengths(source_lengths: list[int], options: DecodingOptions, cap: int) -> list[int]:
+    """The most tokens before `</s>` for each sentence: max_len_a * |x| + max_len_b, at most `cap`."""
+    return [
+        max(min(options.min_len, cap), min(cap, int(options.max_len_a * n + options.max_len_b))) for n in source_lengths
+    ]
+
+
+def output_length_cap(model) -> int:
+    """The longest output the model can give, in tokens before `</s>`: the decoder sees at most
+    `max_position_embeddings` positions (`<s>` and the tokens before `</s>`), and `generate()`'s
+    `max_length` counts `<s>` and `</s>` too."""
+    cap = model.config.max_position_embeddings - 1
+    generation_max = getattr(model.generation_config, "max_length", None)
+    if generation_max:
+        cap = min(cap, generation_max - 2)
+    return max(cap, 0)
+
+
 def decoding_flags() -> dict[str, Flag]:
     """Field name -> its `Flag`, for the fields a user can set."""
     return {f.name: f.metadata["flag"] for f in fields(DecodingOptions) if "flag" in f.metadata}
@@ -164,6 +214,8 @@ def check_given(values: Mapping[str, Any]) -> None:
             if value not in spec.choices:
                 raise AiaynError(f"must be one of {', '.join(spec.choices)}, got {value!r}", key=name)
             continue
+        if not isinstance(value, (int, float)):  # a saved generation_config.json's "four"
+            raise AiaynError(f"must be a number, got {value!r}", key=name)
         if isinstance(value, float) and not math.isfinite(value):
             raise AiaynError(f"must be a finite number, got {value}", key=name)
         if spec.low is not None and (value <= spec.low if spec.above_low else value < spec.low):

@@ -39,34 +39,13 @@ import torch
 import torch.nn.functional as F
 
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from .defaults import LENGTH_PENALTY_STYLES, DecodingOptions
+from .defaults import DecodingOptions, Hypothesis, length_penalty, max_output_lengths, output_length_cap
 from .incremental import IncrementalDecoder, PreparedModel
 from .parallel import cpu_threads_for, decode_in_parts, parallel_parts
 
-# The options (`DecodingOptions`, what they take, how each front end spells them) are declared in
-# `defaults.py`, which needs no torch; the searches below read them.
-
-
-def length_penalty(length: int, alpha: float, style: str = "gnmt") -> float:
-    """lp(|Y|), which a finished hypothesis's summed log-probability is divided by.
-
-    GNMT [38] (Wu et al., 2016, eq. 14): lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha.
-    Hugging Face `generate()`: lp(Y) = |Y|^alpha.
-    """
-    if style == "gnmt":
-        return ((5.0 + length) / 6.0) ** alpha
-    if style == "hf":
-        return float(length) ** alpha
-    raise ValueError(f"length_penalty_style must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {style!r}")
-
-
-@dataclass
-class Hypothesis:
-    """A finished translation: token ids without `<s>` and `</s>`, its score (log_prob / lp) and log-probability."""
-
-    tokens: list[int]
-    score: float
-    log_prob: float
+# The options (`DecodingOptions`, what they take, how each front end spells them), `Hypothesis`, the
+# length penalty and the length limits are declared in `defaults.py`, which needs no torch (the
+# ctranslate2 engine ranks and limits with them too); the searches below read them.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,24 +315,6 @@ def strategy_for(options: DecodingOptions) -> Strategy:
 # ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
-
-
-def max_output_lengths(source_lengths: list[int], options: DecodingOptions, cap: int) -> list[int]:
-    """The most tokens before `</s>` for each sentence: max_len_a * |x| + max_len_b, at most `cap`."""
-    return [
-        max(min(options.min_len, cap), min(cap, int(options.max_len_a * n + options.max_len_b))) for n in source_lengths
-    ]
-
-
-def output_length_cap(model: AiaynForConditionalGeneration) -> int:
-    """The longest output the model can give, in tokens before `</s>`: the decoder sees at most
-    `max_position_embeddings` positions (`<s>` and the tokens before `</s>`), and `generate()`'s
-    `max_length` counts `<s>` and `</s>` too."""
-    cap = model.config.max_position_embeddings - 1
-    generation_max = getattr(model.generation_config, "max_length", None)
-    if generation_max:
-        cap = min(cap, generation_max - 2)
-    return max(cap, 0)
 
 
 @torch.inference_mode()

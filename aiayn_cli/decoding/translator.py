@@ -25,18 +25,21 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..data.lines import decode_lines
-from ..data.vocabulary import check_tokenizer, model_vocabulary
 from ..errors import AiaynError
-from ..model.loading import load_pretrained
-from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG
+from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG, DecodingOptions, Hypothesis
 from .engines import Engine, check_engine, make_engine
-from .incremental import PreparedModel
-from .search import DecodingOptions, Hypothesis
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ..model.modeling_aiayn import AiaynForConditionalGeneration
+    from .incremental import PreparedModel
+
+# torch, transformers and the model are imported where a model is loaded or checked, not here:
+# `from_converted` translates with a converted model without them.
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +51,9 @@ class Translator:
     outputs here; the decoding itself by `engine` (`engines.make_engine`): `torch`, aiayn's own decoder
     on the model on `device` in `dtype` (the projections prepared from the weights once: make a new
     `Translator` after changing the weights, as validation during training does), or `ctranslate2`,
-    the model converted once into `cache` and decoded by CTranslate2.
+    the model converted once into `cache` and decoded by CTranslate2. `engine` may also be an engine
+    object (`TorchEngine(model, device, dtype)`, `CTranslate2Engine(model_path, ...)`): then it decodes
+    as it was made, and `device`, `dtype` and `cache` are not read.
 
     `head_masks` (the model's forward arguments `head_mask`, `decoder_head_mask`, `cross_attn_head_mask`,
     `(N, h)` each; None by default) remove heads from every translation: `aiayn heads` sets it.
@@ -60,21 +65,20 @@ class Translator:
         tokenizer,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
-        engine: str = "torch",
+        engine: str | Engine = "torch",
         cache: str | Path | None = None,
     ):
-        check_engine(engine)
-        if not isinstance(model, AiaynForConditionalGeneration):
-            raise AiaynError(
-                f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
-            )
-        check_tokenizer(tokenizer, where="the tokenizer", **model_vocabulary(model.config))
-        self.model, self.tokenizer = model, tokenizer
+        if isinstance(engine, str):
+            check_engine(engine)
+            check_model(model, tokenizer)
+            engine = make_engine(engine, model, tokenizer, device=device, dtype=dtype, cache=cache)
+        self._hold(getattr(engine, "model", model), tokenizer, engine)  # the torch engine's: on its device
+
+    def _hold(self, model, tokenizer, engine: Engine) -> None:
+        self.model, self.tokenizer, self.engine = model, tokenizer, engine
         # Decoding options that replace the generation_config's for every call (a server's defaults).
         self.defaults: dict = {}
         self._set_limits()
-        self.engine: Engine = make_engine(engine, model, tokenizer, device=device, dtype=dtype, cache=cache)
-        self.model = getattr(self.engine, "model", model)  # the torch engine's, on its device and in its dtype
 
     @property
     def device(self):
@@ -128,10 +132,43 @@ class Translator:
     ) -> Translator:
         """Load a model and its tokenizer from a local folder or a Hub id (`AutoModelForSeq2SeqLM`,
         `AutoTokenizer`), in `dtype` (auto: bf16 where the device computes it natively, as `aiayn translate`),
-        to decode with `engine`: torch or ctranslate2 (`engines`)."""
+        to decode with `engine`: torch or ctranslate2 (`engines`; a local folder is converted under
+        `ctranslate2_cache.files_key`, which `from_converted` finds without loading the model)."""
+        from ..model.loading import load_pretrained
+
         check_engine(engine)  # a wrong name is refused before the model loads
         model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
-        return cls(model, tokenizer, device=device, dtype=dtype, engine=engine)
+        check_model(model, tokenizer)
+        key = None
+        if engine == "ctranslate2" and revision is None and Path(path_or_hub_id).is_dir():
+            from .ctranslate2_cache import files_key
+
+            key = files_key(path_or_hub_id)
+        return cls(model, tokenizer, engine=make_engine(engine, model, tokenizer, device=device, dtype=dtype, key=key))
+
+    @classmethod
+    def from_converted(
+        cls, model_dir: str | Path, device: str | None = None, dtype: str | None = None, threads: int | None = None
+    ) -> Translator | None:
+        """The ctranslate2 engine on the model folder `model_dir` where the cache holds its sound conversion
+        (`ctranslate2_cache.cached_folder`), read without torch or transformers (`model_files`: the
+        configuration, generation_config and tokenizer from their files); None where it does not
+        (`from_pretrained` then loads the model and converts it). `threads`: default one per CPU."""
+        from .ctranslate2_cache import cached_folder
+        from .engines import ctranslate2_engine
+        from .model_files import FilesTokenizer, ModelFiles
+
+        if not Path(model_dir).is_dir():
+            return None
+        found = cached_folder(model_dir)
+        if found is None:
+            return None
+        folder, generation = found
+        model = ModelFiles(model_dir, generation)
+        translator = cls.__new__(cls)
+        tokenizer = FilesTokenizer(model_dir, eos_token_id=model.config.eos_token_id)
+        translator._hold(model, tokenizer, ctranslate2_engine(folder, model, device, dtype, threads))
+        return translator
 
     # -----------------------------------------------------------------------------------------
     # Options and inputs
@@ -146,9 +183,6 @@ class Translator:
         given = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
         options = DecodingOptions.from_generation_config(self.model.generation_config, **given)
         options.validate()
-        check = getattr(self.engine, "check", None)
-        if check is not None:
-            check(options)
         return options
 
     def encode(
@@ -322,6 +356,18 @@ class Translator:
 
 
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def check_model(model, tokenizer) -> None:
+    """An `AiaynError` unless `model` is an aiayn model whose vocabulary is `tokenizer`'s."""
+    from ..data.vocabulary import check_tokenizer, model_vocabulary
+    from ..model.modeling_aiayn import AiaynForConditionalGeneration
+
+    if not isinstance(model, AiaynForConditionalGeneration):
+        raise AiaynError(
+            f"not an aiayn model ({type(model).__name__}): aiayn translate needs a model saved by aiayn train"
+        )
+    check_tokenizer(tokenizer, where="the tokenizer", **model_vocabulary(model.config))
 
 
 def make_batches(lengths: list[int], max_tokens: int, batch_size: int) -> list[list[int]]:

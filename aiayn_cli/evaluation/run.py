@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AiaynError
 from .inputs import ScoringInputs, inputs_from_files, inputs_from_split
+from .metrics import moses_languages
 from .scoring import METRICS
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def evaluate_translations(
     paper_bleu: bool = False,
     lang: str | None = None,
     width: int = 2,
+    lowercase_bleu: bool = True,
     progress: bool = False,
     log: Callable[[str], None] = _stderr,
 ) -> dict[str, Any]:
@@ -65,6 +67,10 @@ def evaluate_translations(
       chosen on the split (`choose_length_penalty`), and with `save_length_penalty` written into the
       model folder's generation_config.json.
 
+    Beside sacreBLEU, `lowercase_bleu` adds BLEU on lowercased, Moses-tokenized text (`bleu_lc`, as
+    papers on Multi30k report it) where the references' language is known (`lang`, the reference
+    file's suffix, the split's target language).
+
     Every mistake is an `AiaynError` before any work; outputs never replace an input. `log` receives
     the lines for the user (cleaning report, the alpha chosen). Returns `scoring.score`'s results with
     `inputs` (where each side came from), also written to `json_path` if given."""
@@ -73,8 +79,8 @@ def evaluate_translations(
     grid = list(length_penalty_grid) if length_penalty_grid is not None else None
     decoding = {key: value for key, value in (decoding or {}).items() if value is not None}
     outputs = {"json_path": json_path, "output": output}
-    files = [data.source_file, data.target_file, data.data_file, data.prefix, data.data_dir] if data is not None else []
-    # every file of the model folder and of the data folder is an input too (files.check_output_file)
+    files = [data.source_file, data.target_file, data.data_file, data.prefix] if data is not None else []
+    # every file of the model folder is an input too (files.input_files); the data folder's, below
     _check_outputs(outputs, [*([hypotheses] if hypotheses else []), *(references or []), *files, model])
     _check_request(hypotheses, references, data, model, output, grid, save_length_penalty, engine, decoding)
     if data is not None:
@@ -93,14 +99,21 @@ def evaluate_translations(
             log(f"wrote length_penalty {inputs.length_penalty.alpha:g} into {Path(model) / 'generation_config.json'}")
     else:
         inputs = inputs_from_files(hypotheses, references)
+    lang = lang or inputs.language
     if paper_bleu and lang is None:
-        lang = inputs.language
-        if lang is None:
-            raise AiaynError(
-                "--paper-bleu needs --lang (the references' language, e.g. de): "
-                f"it cannot be read from the file name {inputs.description['references'][0]}"
+        raise AiaynError(
+            "--paper-bleu needs --lang (the references' language, e.g. de): "
+            f"it cannot be read from the file name {inputs.description['references'][0]}"
+        )
+    lowercase = lowercase_bleu and "sacrebleu" in metrics
+    if lowercase and (lang or "").lower() not in moses_languages():
+        if not paper_bleu:  # which says it for both
+            log(
+                "note: no BLEU on lowercased, tokenized text: the references' language is unknown (give --lang, e.g. de)"
             )
-    scores = score(inputs.hypotheses, inputs.references, metrics=metrics, paper_bleu=paper_bleu, lang=lang, width=width)
+        lowercase = False
+    scores = score(inputs.hypotheses, inputs.references, metrics=metrics, paper_bleu=paper_bleu, lang=lang,
+                   width=width, lowercase_bleu=lowercase)  # fmt: skip
     results = {"inputs": inputs.description, **scores}
     if json_path is not None:
         write_json(results, json_path)
@@ -109,7 +122,12 @@ def evaluate_translations(
 
 
 def _check_request(hypotheses, references, data, model, output, grid, save_length_penalty, engine, decoding) -> None:
-    """The combinations that make no sense, each one line naming the options, before any work."""
+    """The files that are missing and the combinations that make no sense, each one line naming the
+    options, before any work."""
+    for key, paths in (("hypotheses", [hypotheses] if hypotheses else []), ("references", references or [])):
+        missing = next((path for path in paths if not os.path.lexists(path)), None)
+        if missing is not None:  # the words of every command (translate: "--input FILE: no such file")
+            raise AiaynError(f"{missing}: no such file", key=key)
     for reference in references or []:
         if hypotheses is not None and _same_file(hypotheses, reference):  # would score 100 for nothing
             raise AiaynError(f"{reference} is the {{hypotheses}} file itself; score against other references",

@@ -24,6 +24,11 @@ from .metrics import METRIC_MODULES, metric_path, moses_languages
 
 METRICS = ("sacrebleu", "chrf", "ter")
 PAPER_BLEU = "paper_bleu"
+LOWERCASE_BLEU = "bleu_lc"
+LOWERCASE_BLEU_FOOTNOTE = (
+    "+ BLEU on lowercased, Moses-tokenized text (tokenizer -l {lang}, multi-bleu -lc), as papers on Multi30k "
+    "report it (Revisit-MMT's 41.02): compare with those, NOT with sacreBLEU."
+)
 PAPER_BLEU_FOOTNOTE = (
     "* tokenized BLEU with compound splitting (Moses tokenizer -l {lang}, ##AT##-##AT##, multi-bleu), "
     "the convention behind the paper's 27.3 / 28.4: NOT comparable with sacreBLEU."
@@ -58,6 +63,7 @@ def score(
     paper_bleu: bool = False,
     lang: str | None = None,
     width: int = 2,
+    lowercase_bleu: bool = False,
 ) -> dict[str, Any]:
     """Score hypotheses against references.
 
@@ -67,7 +73,10 @@ def score(
             strings, the same number for every hypothesis).
         metrics: any of "sacrebleu", "chrf", "ter" (a name or a sequence of names).
         paper_bleu: add the paper's tokenized BLEU with compound splitting (needs `lang`).
-        lang: language of the hypotheses and references, for the Moses tokenizer of `paper_bleu`.
+        lang: language of the hypotheses and references, for the Moses tokenizer of `paper_bleu` and
+            `lowercase_bleu`.
+        lowercase_bleu: add BLEU on lowercased, Moses-tokenized text (multi-bleu -lc), as papers on
+            Multi30k report it (needs `lang`), under the key `bleu_lc`.
         width: decimals of the formatted scores.
 
     Returns:
@@ -85,7 +94,7 @@ def score(
     if not metrics and not paper_bleu:
         raise AiaynError("no metric chosen; name at least one of " + ", ".join(METRICS))
     lang = lang.lower() if lang else lang
-    if paper_bleu and lang not in moses_languages():
+    if (paper_bleu or lowercase_bleu) and lang not in moses_languages():
         raise AiaynError(
             f"tokenized BLEU needs the language of the references for the Moses tokenizer (got {lang!r}); "
             f"give one of {', '.join(moses_languages())}"
@@ -100,6 +109,11 @@ def score(
             predictions=hypotheses, references=per_segment, lang=lang, width=width
         )
         scores[PAPER_BLEU]["lang"] = lang
+    if lowercase_bleu:
+        scores[LOWERCASE_BLEU] = load_metric(PAPER_BLEU).compute(
+            predictions=hypotheses, references=per_segment, lang=lang, width=width, lowercase=True, compounds=False
+        )
+        scores[LOWERCASE_BLEU]["lang"] = lang
     results["scores"] = scores
     return results
 
@@ -109,7 +123,7 @@ def score(
 
 def format_table(results: dict[str, Any]) -> str:
     """A plain-text table: metric, score (at the results' width), sacreBLEU signature; then the
-    BLEU details and, with tokenized BLEU, the note that it is not comparable with sacreBLEU."""
+    BLEU details and, with a tokenized BLEU, the note that it is not comparable with sacreBLEU."""
     width = results.get("width", 2)
     lines = []
     inputs = results.get("inputs", {})
@@ -121,7 +135,7 @@ def format_table(results: dict[str, Any]) -> str:
 
     rows = []
     for key, result in results["scores"].items():
-        label = result["name"] + (" *" if key == PAPER_BLEU else "")
+        label = result["name"] + {PAPER_BLEU: " *", LOWERCASE_BLEU: " +"}.get(key, "")
         rows.append((label, f"{result['score']:.{width}f}", result["signature"], result.get("verbose")))
     label_w = max(len("metric"), *(len(row[0]) for row in rows))
     score_w = max(len("score"), *(len(row[1]) for row in rows))
@@ -132,6 +146,8 @@ def format_table(results: dict[str, Any]) -> str:
     if details:
         lines.append("")
         lines.extend(f"{label:<{label_w}}  {verbose}" for label, verbose in details)
+    if LOWERCASE_BLEU in results["scores"]:
+        lines.append(LOWERCASE_BLEU_FOOTNOTE.format(lang=results["scores"][LOWERCASE_BLEU]["lang"]))
     if PAPER_BLEU in results["scores"]:
         lines.append(PAPER_BLEU_FOOTNOTE.format(lang=results["scores"][PAPER_BLEU]["lang"]))
     return "\n".join(lines)
@@ -152,6 +168,7 @@ def write_json(results: dict[str, Any], path: str | Path) -> None:
 
 __all__ = [
     "METRICS",
+    "LOWERCASE_BLEU",
     "METRIC_MODULES",
     "PAPER_BLEU",
     "format_table",

@@ -52,6 +52,8 @@ def check_local(path_or_hub_id: str, key: str | None = "model", what: str = "mod
     if path.exists():
         if not path.is_dir():
             raise AiaynError(f"{path_or_hub_id}: is a file; give the {what}'s folder", key=key)
+        if what == "model":
+            check_not_a_run_folder(path, key)
         return
     first = path_or_hub_id.split("/")[0]
     if (
@@ -62,3 +64,24 @@ def check_local(path_or_hub_id: str, key: str | None = "model", what: str = "mod
         or not path_or_hub_id.strip()
     ):
         raise AiaynError(f"{path_or_hub_id}: no such {what} folder", key=key)
+
+
+def check_not_a_run_folder(folder: Path, key: str | None = "model") -> None:
+    """A training run's output folder (`aiayn train -o RUN`) is not a model: it holds models. One line
+    naming those it holds (`RUN/averaged`, the last checkpoint), instead of transformers' "Unrecognized
+    model ... model_type" about a config.json that is not there."""
+    if (folder / "config.json").exists():
+        return
+    checkpoints = sorted(
+        (int(step), child)
+        for child in folder.glob("checkpoint-*")
+        if (step := child.name.removeprefix("checkpoint-")).isdigit() and (child / "config.json").is_file()
+    )
+    models = [folder / "averaged"] if (folder / "averaged" / "config.json").is_file() else []
+    models += [checkpoints[-1][1]] if checkpoints else []
+    if models:
+        names = " or ".join(f"{path} ({'the averaged model' if path.name == 'averaged' else 'the last checkpoint'})"
+                            for path in models)  # fmt: skip
+        raise AiaynError(f"{folder}: is a training run's folder, not a model; use {names}", key=key)
+    elif (folder / "recipe.yaml").is_file() and (folder / "metrics.jsonl").exists():
+        raise AiaynError(f"{folder}: is a training run's folder with no checkpoint yet, not a model", key=key)

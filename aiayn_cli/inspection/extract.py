@@ -20,6 +20,7 @@ self-attention and of encoder-decoder attention is the one that chose y_t.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -182,15 +183,19 @@ def teacher_forced(model, source_ids: list[list[int]], target_ids: list[list[int
 def capture_scores(model, enabled: bool = True) -> Iterator[dict]:
     """While active, every multi-head attention of the model records, per call, its raw scores
     q.k `(B, h, T_q, T_k)` (-inf where its mask forbids) and the norms |v| `(B, h, T_k)`, computed
-    with that module's own projections W^Q, W^K, W^V (`captured[kind][layer]`)."""
+    with that module's own projections W^Q, W^K, W^V (`captured[kind][layer]`).
+
+    The model may be shared by threads (a server's): the hooks record only this thread's calls, so
+    another thread translating or capturing at the same time neither runs them nor is recorded."""
     captured: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {kind: {} for kind in KINDS}
     handles = []
     if enabled:
         modules = [("encoder", i, layer.self_attn) for i, layer in enumerate(model.get_encoder().layers)]
         for i, layer in enumerate(model.get_decoder().layers):
             modules += [("decoder", i, layer.self_attn), ("cross", i, layer.cross_attn)]
+        owner = threading.get_ident()
         for kind, index, module in modules:
-            handles.append(module.register_forward_hook(_recorder(captured[kind], index), with_kwargs=True))
+            handles.append(module.register_forward_hook(_recorder(captured[kind], index, owner), with_kwargs=True))
     try:
         yield captured
     finally:
@@ -198,8 +203,13 @@ def capture_scores(model, enabled: bool = True) -> Iterator[dict]:
             handle.remove()
 
 
-def _recorder(store: dict, index: int):
-    def hook(module, args, kwargs, output):
+def _recorder(store: dict, index: int, owner: int):
+    def hook(module, args, *kwargs_and_output):
+        # Another thread's call: not ours to record. (It may even come without kwargs: torch marks a hook
+        # as taking them just after adding it, and a forward in between calls it with (args, output).)
+        if threading.get_ident() != owner:
+            return
+        kwargs, _output = kwargs_and_output
         hidden = args[0] if args else kwargs["hidden_states"]
         if module.self_attention:
             query, key, value = module._split_heads(module.qkv_proj(hidden), 3)  # (B, h, T, d_k) each

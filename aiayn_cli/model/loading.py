@@ -16,6 +16,31 @@ from ..errors import AiaynError, first_line
 from ..hub.lookup import check_hub_model
 
 
+def _check_config_values(path: Path, key: str | None) -> None:
+    """A local config.json is aiayn's (`model_type`), and each number in it is a finite number (a
+    `layer_norm_eps` of "x" or NaN went as far as the first layer norm)."""
+    import math
+
+    from .configuration_aiayn import AiaynConfig
+
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # missing or unreadable: the loader's own line names it
+    if not isinstance(values, dict):
+        raise AiaynError(f"{path}: must be a JSON object", key=key)
+    if values.get("model_type", AiaynConfig.model_type) != AiaynConfig.model_type:
+        raise AiaynError(f"{path}: model_type is {values['model_type']!r}, not {AiaynConfig.model_type!r}: "
+                         "not a model aiayn reads", key=key)  # fmt: skip
+    defaults = AiaynConfig().to_dict()
+    for name, value in values.items():
+        default = defaults.get(name)
+        if isinstance(default, bool) or not isinstance(default, (int, float)) or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise AiaynError(f"{path}: {name} must be a finite number, got {json.dumps(value)}", key=key)
+
+
 def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str | None = None):
     """The model and tokenizer of a folder or Hub id (`AutoModelForSeq2SeqLM`, `AutoTokenizer`), checked
     whole, or an `AiaynError` line naming what is wrong (`key`: the option that named the model):
@@ -37,6 +62,7 @@ def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str |
     where = str(path_or_hub_id)
     folder = Path(where).expanduser()
     _refuse_pickled_weights(folder, key)
+    _check_config_values(folder / "config.json", key)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # its report of mismatched weights: the line below says it
     try:

@@ -295,9 +295,13 @@ class PositionwiseFeedForward(nn.Module):
 class Embeddings(nn.Embedding):
     """Token embeddings, multiplied by sqrt(d_model) (§3.4; `scale_embedding`)."""
 
-    def __init__(self, config: AiaynConfig):
-        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+    def __init__(self, config: AiaynConfig, tied: bool = False):
+        # tied: its weight becomes `shared`'s (`_tied_weights_keys`), so it is neither allocated nor
+        # initialised here (nor draws random numbers: the same seed gives the same model as one matrix)
+        weight = torch.empty(config.vocab_size, config.d_model, device="meta") if tied else None
+        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id, _weight=weight)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.tied = tied
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return super().forward(input_ids) * self.scale
@@ -346,8 +350,16 @@ class PositionalEncoding(nn.Module):
         self.dropout = Dropout(config.dropout)
         self.table: torch.Tensor | None = None  # `encoding(n)`, kept by a decoder that calls once per position
 
-    def encoding(self, length: int, offset: int = 0, device: torch.device | None = None) -> torch.Tensor:
-        """The encodings `(T, d_model)` of positions offset .. offset + T - 1."""
+    def encoding(self, length: int, offset: int | torch.Tensor = 0, device: torch.device | None = None) -> torch.Tensor:
+        """The encodings `(T, d_model)` of positions offset .. offset + T - 1 (`offset` a 0-d tensor after a
+        fixed-size cache, whose length is counted on the device: computed from it, with no branch on it)."""
+        if torch.is_tensor(offset):
+            positions = torch.arange(length, device=device) + offset
+            return (
+                self.learned(positions)
+                if self.learned is not None
+                else sinusoidal_positional_encoding(positions, self.d_model)
+            )
         if offset + length > self.max_positions and self.learned is not None:
             raise ValueError(
                 f"sequence of {offset + length} positions is longer than max_position_embeddings={self.max_positions}"
@@ -359,7 +371,7 @@ class PositionalEncoding(nn.Module):
             return self.learned(positions)
         return sinusoidal_positional_encoding(positions, self.d_model)
 
-    def forward(self, embeddings: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, embeddings: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """`embeddings` `(B, T, d_model)` hold positions offset .. offset + T - 1."""
         encoding = self.encoding(embeddings.size(1), offset, embeddings.device)
         return self.dropout(embeddings + encoding.to(embeddings.dtype))
@@ -478,21 +490,42 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def causal_mask(
-    length: int, past_length: int, attention_mask: torch.Tensor | None, device: torch.device
+    length: int,
+    past_length: int | torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    device: torch.device,
+    cache_length: int | None = None,
 ) -> torch.Tensor | None:
     """Decoder self-attention mask `(B or 1, 1, T, past + T)`: position i sees positions <= i (§3.2.3).
 
     Built explicitly and aligned bottom-right, so that it is right with a KV cache (the T new
     queries are positions past .. past + T - 1). None where nothing needs masking: one new
-    position and no padding.
+    position and no padding. A `(B, 1, T, keys)` mask is already one (`generate()` makes it for a
+    fixed-size cache). With a fixed-size cache of `cache_length` slots (`past_length` then a 0-d
+    tensor), the mask spans every slot, the ones not yet written masked as future positions.
     """
-    keys = past_length + length
+    if attention_mask is not None and attention_mask.dim() == 4:
+        return attention_mask.bool()
+    keys = cache_length if cache_length is not None else past_length + length
+    if attention_mask is not None and attention_mask.size(-1) < keys:
+        attention_mask = F.pad(attention_mask, (0, keys - attention_mask.size(-1)))  # unwritten slots: future
     pad = padding_mask(attention_mask[:, -keys:] if attention_mask is not None else None)
-    if length == 1 and pad is None:
+    if length == 1 and pad is None and cache_length is None:
         return None
-    query_positions = torch.arange(past_length, keys, device=device)[:, None]
+    query_positions = (torch.arange(length, device=device) + past_length)[:, None]
     mask = (torch.arange(keys, device=device)[None, :] <= query_positions)[None, None]  # (1, 1, T, keys)
     return mask if pad is None else mask & pad
+
+
+def fixed_cache_length(cache: Cache | None) -> int | None:
+    """The number of key slots of a fixed-size self-attention cache (`StaticCache`); None for a growing one."""
+    self_attention_cache = getattr(cache, "self_attention_cache", None)
+    if not isinstance(self_attention_cache, Cache) or not self_attention_cache.is_compileable:
+        return None
+    # `get_max_length` since transformers 5.24, `get_max_cache_shape` before
+    get_length = getattr(self_attention_cache, "get_max_length", None) or self_attention_cache.get_max_cache_shape
+    length = get_length()
+    return length if length is not None and length > 0 else None
 
 
 def layer_head_masks(head_mask: torch.Tensor | None, layers: int, heads: int, name: str) -> list:
@@ -592,7 +625,7 @@ class Decoder(nn.Module):
             inputs_embeds = self.embed_tokens(input_ids)
         past_length = cache.get_seq_length() if cache is not None else 0
         x = self.embed_positions(inputs_embeds, offset=past_length)  # (B, T, d_model)
-        self_mask = causal_mask(x.size(1), past_length, attention_mask, x.device)
+        self_mask = causal_mask(x.size(1), past_length, attention_mask, x.device, fixed_cache_length(cache))
         memory_mask = padding_mask(encoder_attention_mask)
         hidden_states, self_attentions, cross_attentions = (x,), (), ()
         n, h = len(self.layers), self.layers[0].self_attn.num_heads
@@ -677,7 +710,7 @@ class AiaynPreTrainedModel(PreTrainedModel):
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
+        elif isinstance(module, nn.Embedding) and not getattr(module, "tied", False):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
@@ -700,8 +733,8 @@ class AiaynModel(AiaynPreTrainedModel):
         # encoder's and the decoder's to `shared` (`_tied_weights_keys`, as BART does); with
         # tie_word_embeddings=False the three stay separate matrices.
         self.shared = Embeddings(config)
-        self.encoder = Encoder(config, Embeddings(config))
-        self.decoder = Decoder(config, Embeddings(config))
+        self.encoder = Encoder(config, Embeddings(config, tied=config.tie_word_embeddings))
+        self.decoder = Decoder(config, Embeddings(config, tied=config.tie_word_embeddings))
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

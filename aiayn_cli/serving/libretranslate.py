@@ -133,6 +133,8 @@ async def read_fields(request: Request) -> dict:
         raw = await request.body()
         try:
             body = json.loads(raw)
+        except RecursionError:
+            raise BadRequest("Invalid request: the body's JSON is nested too deeply") from None
         except (ValueError, UnicodeDecodeError) as err:
             raise BadRequest(f"Invalid request: the body is not valid JSON in UTF-8 ({err})") from None
         if not isinstance(body, dict):
@@ -146,6 +148,32 @@ async def read_fields(request: Request) -> dict:
                 raise BadRequest(f"Invalid request: {key} must be text, not a file")
             fields[key] = values if key == "q" and len(values) > 1 else values[0]
     return fields
+
+
+def _alternatives(value) -> int:
+    """`alternatives`: a whole number >= 0 (a JSON number, or the digits of a form's text); LibreTranslate
+    truncates 1.9 and takes -1 and true as 0 and 1: here they are refused, as Infinity and 1e400 are."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if not isinstance(value, (int, float)) and not _is_number(value):
+        raise BadRequest("Invalid request: alternatives parameter is not a number")
+    raise BadRequest(
+        f"Invalid request: alternatives parameter must be a whole number >= 0, not {json.dumps(value)[:40]}"
+    )
+
+
+def _is_number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def check_request(fields: dict, translator: Translator, source_lang, target_lang) -> tuple[TranslateRequest, int]:
@@ -169,10 +197,7 @@ def check_request(fields: dict, translator: Translator, source_lang, target_lang
         raise BadRequest(f"{source} is not supported: this model translates {source_lang} to {target_lang}")
     if target_lang is not None and target.lower() != target_lang.lower():
         raise BadRequest(f"{target} is not supported: this model translates {source_lang} to {target_lang}")
-    try:
-        alternatives = max(0, int(fields.get("alternatives") or 0))
-    except (TypeError, ValueError):
-        raise BadRequest("Invalid request: alternatives parameter is not a number") from None
+    alternatives = _alternatives(fields.get("alternatives"))
     beam = translator.decoding_options().num_beams
     if alternatives > beam - 1:
         raise BadRequest(f"Invalid request: alternatives parameter must be <= {beam - 1} (the beam holds {beam})")

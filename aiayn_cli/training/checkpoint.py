@@ -210,7 +210,8 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the checkpoints' weights, accumulated in float64, in the original dtypes."""
+    """The element-wise mean of the checkpoints' weights, accumulated in float64, in the original dtypes;
+    a checkpoint holding a NaN or infinite weight is refused, naming it."""
     if not paths:
         raise AiaynError("average: no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
@@ -221,6 +222,8 @@ def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tenso
             missing = sorted(set(total) ^ set(weights))[0]
             raise AiaynError(f"average: {path} does not hold the same tensors as {paths[0]} (e.g. '{missing}')")
         for name, tensor in weights.items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():  # it would make the average NaN
+                raise AiaynError(f"average: {path}: '{name}' holds NaN or infinity (a diverged run); leave it out")
             if name not in total:
                 total[name], dtypes[name] = tensor.to(torch.float64), tensor.dtype
             elif tensor.shape != total[name].shape:

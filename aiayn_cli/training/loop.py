@@ -6,9 +6,11 @@ is finished, a checkpoint is written, and `train()` raises `Interrupted` (exit 1
 signal ends the process at once. Under `accelerate launch` the processes agree on the step through
 the flags every step already shares, so they stop one step later, together.
 
-A loss that is NaN or infinite stops the run before its update is applied (not skipped and
-retried, as fairseq does for fp16 overflows: the loss scaler already handles those in the
-gradients), with a message naming the step and the last good checkpoint.
+A loss that is NaN or infinite stops the run (not skipped and retried, as fairseq does for fp16
+overflows: the loss scaler already handles those in the gradients) with a message naming the step
+and the last good checkpoint. Its update, and any after it, is skipped on the device (`guard.py`);
+the host reads the flag, and the losses, only at a log line, a validation or a checkpoint: it never
+waits for the device inside a step.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from typing import NamedTuple
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import AiaynError, Interrupted
+from ..errors import Interrupted
 from .checkpoint import (
     list_checkpoints,
     rotate_checkpoints,
     save_checkpoint,
 )
+from .guard import NonFiniteGuard
 from .loss import batch_loss, target_mask
 from .recipe import parse_duration
 from .run_folder import HISTORY_DIR
@@ -72,27 +75,26 @@ class Agreement(NamedTuple):
 
 
 class StepSums(NamedTuple):
-    """One update's sums over the global batch: token losses, token NLLs, non-pad token counts."""
+    """One update's sums over the global batch: token losses and NLLs (on the device, read at the log
+    lines), non-pad token counts."""
 
-    loss: float
-    nll: float
+    losses: torch.Tensor  # (loss, nll), float64
     target_tokens: float
     source_tokens: float
 
 
 @dataclass
 class Window:
-    """The sums of the updates since the last train log line."""
+    """The sums of the updates since the last train log line (the losses on the device)."""
 
-    loss: float = 0.0
-    nll: float = 0.0
+    losses: torch.Tensor | float = 0.0
     target_tokens: float = 0.0
     source_tokens: float = 0.0
     steps: int = 0
     start: float = field(default_factory=time.monotonic)
 
     def add(self, sums: StepSums) -> None:
-        self.loss, self.nll = self.loss + sums.loss, self.nll + sums.nll
+        self.losses = self.losses + sums.losses
         self.target_tokens += sums.target_tokens
         self.source_tokens += sums.source_tokens
         self.steps += 1
@@ -116,6 +118,7 @@ class Run:
         self.cpu0, self.cpu_seconds0 = time.process_time(), state.cpu_seconds
         self.last_checkpoint = self.last_valid = self.seconds0
         self.signals = StopSignals(step=lambda: self.state.step + 1, on_abort=self._remove_partial_checkpoint)
+        self.guard = NonFiniteGuard(accelerator, optimizer, kept=self._kept)
 
     def elapsed(self) -> float:
         return self.seconds0 + time.monotonic() - self.t0
@@ -224,19 +227,19 @@ class Run:
     def _step(self, group: list[dict]) -> tuple[StepSums, Agreement]:
         """One optimizer update on the global batch: its sums, and what the processes agreed on before it."""
         agreed = self._agree(group)
-        loss, nll = self._forward_backward(group, agreed.target_tokens)
-        self._check_finite(torch.tensor([loss, nll], dtype=torch.float64), self.state.step + 1)
+        losses = self._forward_backward(group, agreed.target_tokens)
+        self.guard.record(losses, self.state.step + 1)  # a non-finite loss: this update and the later ones skipped
         self._update(agreed.time_fraction)
-        return StepSums(loss, nll, agreed.target_tokens, agreed.source_tokens), agreed
+        return StepSums(losses, agreed.target_tokens, agreed.source_tokens), agreed
 
     def _agree(self, group: list[dict]) -> Agreement:
         """4b. Count the non-pad tokens of the global batch (all accumulation steps, all processes): on the
         host, from the collated batches, so that one process never waits for its device here; they travel
         with the clock's events in the one collective before the forward passes."""
         accelerator, pad = self.accelerator, self.config.pad_token_id
-        local = Agreement(
-            float(sum(int(target_mask(b["labels"], pad).sum()) for b in group)),
-            float(sum(int(b["attention_mask"].sum()) for b in group)),
+        local = Agreement(  # numpy: the collated batches are on the host
+            float(sum(target_mask(b["labels"], pad).numpy().sum() for b in group)),
+            float(sum(b["attention_mask"].numpy().sum() for b in group)),
             *self._clock(),
         )
         if accelerator.num_processes == 1:
@@ -245,9 +248,10 @@ class Run:
             accelerator.reduce(local.to_tensor().to(accelerator.device), reduction="sum").cpu()
         )
 
-    def _forward_backward(self, group: list[dict], ntokens: float) -> tuple[float, float]:
+    def _forward_backward(self, group: list[dict], ntokens: float) -> torch.Tensor:
         """4c. Forward and backward each batch: sum of the token losses / global token count (DDP averages
-        gradients over the W processes, hence the factor W); the sums of the token losses and NLLs."""
+        gradients over the W processes, hence the factor W); the sums of the token losses and NLLs, on the
+        device (the host does not wait for them)."""
         accelerator, recipe, config = self.accelerator, self.recipe, self.config
         world, rank = accelerator.num_processes, accelerator.process_index
         batches = [{k: v.to(accelerator.device, non_blocking=True) for k, v in b.items()} for b in group]
@@ -265,10 +269,12 @@ class Run:
                     accelerator.autocast(),
                     recipe.compile_loss,
                 )
-                accelerator.backward(out.loss * scale)
+                scaled = out.loss * scale
+                if accelerator.scaler is not None:  # fp16: the scaler skips the update of a NaN gradient
+                    scaled = self.guard.poison(out.loss.detach(), scaled)
+                accelerator.backward(scaled)
             sums += torch.stack([out.loss.detach(), out.nll.detach()]).double()
-        loss, nll = sums.tolist()  # the step's one wait for the device: a non-finite loss is refused before the update
-        return loss, nll
+        return sums
 
     def _update(self, time_fraction: float) -> None:
         """4d. Clip, update, schedule (§5.3), and the cooldown at the end of the run's budget."""
@@ -279,7 +285,7 @@ class Run:
         for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
             group["lr"] = lr * factor  # the scheduler's next step sets it from the schedule again
         self.lr = self.scheduler.get_last_lr()[0] * factor
-        self.optimizer.step()
+        self.guard.update(self.optimizer.step)
         if not accelerator.optimizer_step_was_skipped:
             self.scheduler.step()
             self.state.scheduler_steps += 1
@@ -297,20 +303,10 @@ class Run:
             fractions.append(epochs / recipe.max_epochs)
         return max(fractions)
 
-    def _check_finite(self, sums: torch.Tensor, step: int) -> None:
-        """Stop, before the update, where the loss of any process is NaN or infinite."""
-        bad = (~torch.isfinite(sums)).any().double().reshape(1)
-        if self.accelerator.num_processes > 1:
-            bad = self.accelerator.reduce(bad.to(self.accelerator.device), reduction="sum")
-        if not bad.item():
-            return
-        self.optimizer.zero_grad(set_to_none=True)
+    def _kept(self) -> str:
+        """What a run stopped by a non-finite loss keeps, for its message."""
         checkpoints = list_checkpoints(self.output)
-        kept = f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written yet"
-        raise AiaynError(
-            f"step {step}: the loss is not finite ({float(sums[0])}); stopped before applying this update, {kept}; "
-            "resume from it with a lower lr, a clip_norm, or mixed_precision: no"
-        )
+        return f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written yet"
 
     def _clock(self) -> tuple[float, float, float, float, float]:
         """`Agreement`'s events as this process sees them: checkpoint due, validation due, time up, and the
@@ -348,7 +344,8 @@ class Run:
 
     def _log_train(self, window: Window) -> None:
         accelerator, seconds = self.accelerator, time.monotonic() - window.start
-        local = torch.tensor([window.loss, window.nll], dtype=torch.float64).to(accelerator.device)
+        self.guard.raise_if_found()
+        local = window.losses
         loss, nll = (accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local).tolist()
         ntokens, src_tokens = window.target_tokens, window.source_tokens
         lr = self.lr
@@ -385,6 +382,7 @@ class Run:
     def _validate(self) -> bool:
         """Validate; True when the result is the best so far."""
         recipe, state = self.recipe, self.state
+        self.guard.raise_if_found()
         metrics = self.evaluate(self.accelerator.unwrap_model(self.model))
         self.last_valid = self.elapsed()
         value = metrics["valid/bleu" if recipe.best_metric == "bleu" else "valid/loss"]
@@ -404,6 +402,7 @@ class Run:
         return better
 
     def _checkpoint(self) -> None:
+        self.guard.raise_if_found()  # never a checkpoint after a non-finite loss
         self.state.train_seconds = self.elapsed()
         self.state.cpu_seconds = self.cpu_seconds0 + time.process_time() - self.cpu0
         save_checkpoint(
@@ -417,6 +416,7 @@ class Run:
 
     def _save_history(self) -> None:
         """The model alone at this step, into `history/` (the recipe's `history_steps`), kept for good."""
+        self.guard.raise_if_found()
         save_checkpoint(self.accelerator, self.model, self.tokenizer, self.state.to_dict(), self.output / HISTORY_DIR)
 
 

@@ -18,7 +18,6 @@ The defaults are the paper's recipe (§5.3, §5.4): Adam(0.9, 0.98, 1e-9), equat
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
 import math
 import os
 import re
@@ -37,6 +36,7 @@ from ..data.spec import DATA_SOURCES, DataSpec
 from ..errors import AiaynError
 from ..files import atomic_open
 from ..model.configuration_aiayn import LIBRARY_FIELDS, PRESETS, TOKEN_ID_FIELDS, AiaynConfig
+from .shipped import find_recipe, shipped_recipes  # found without torch (the command line, first)
 
 # Scalars are strict (`compile: 1` is not a boolean, `max_tokens: 4096.5` not an integer); an integer
 # is a number. Ranges are part of the types.
@@ -189,14 +189,19 @@ class TrainRecipe:
 
     # --- precision and speed ------------------------------------------------------------------
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] | None = "auto"
-    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+), else fp32 (no);
-    None: what `accelerate config` / `accelerate launch` say; otherwise this."""
+    """auto: bf16 where the device computes it natively (AVX512-BF16, AMX, Ampere+); on a CUDA GPU
+    without it (T4, V100) fp16 with dynamic loss scaling; else fp32 (no). None: what `accelerate
+    config` / `accelerate launch` say; otherwise this."""
     when_fp32: dict[StrictStr, Any] | None = None
     """Keys (a mapping, nested as in the recipe) that replace the recipe's where the run computes in
     fp32 (`auto` on a device without native bf16, or `no`): a time budget holds fewer steps there, and
     what suits a short run may differ. Flags (`--set`) still win; the run prints what it replaced."""
     compile: StrictBool = False
     """Run the model through `torch.compile`."""
+    gradient_checkpointing: StrictBool = False
+    """Keep only each layer's input in the forward pass and recompute the layer in the backward pass
+    (`model.gradient_checkpointing_enable()`): about a third more compute for much less activation
+    memory (`big` on a 16-24 GB GPU); the same dropout masks, the same weights to rounding."""
     compile_loss: StrictBool = True
     """Run the loss's two passes over the (B, T, V) scores through `torch.compile` (one fused loop each;
     the same numbers to rounding); eagerly, with a warning, where there is no C++ compiler."""
@@ -341,36 +346,6 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 # ---------------------------------------------------------------------------------------------
-# Finding recipes: a path, or the name of a recipe that ships with the package
-# ---------------------------------------------------------------------------------------------
-
-
-def shipped_recipes() -> dict[str, str]:
-    """Name -> one-line purpose (the recipe's first comment line) of every recipe in the package."""
-    folder = importlib.resources.files("aiayn_cli.recipes")
-    recipes = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
-            first = entry.read_text(encoding="utf-8").splitlines()[:1]
-            purpose = first[0].lstrip("#").strip() if first and first[0].startswith("#") else ""
-            recipes[entry.name.removesuffix(".yaml")] = purpose.rstrip(":,")
-    return recipes
-
-
-def find_recipe(name_or_path: str | os.PathLike) -> Path:
-    """The recipe file: `name_or_path` itself if it exists, else the shipped recipe of that name."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    name = path.name.removesuffix(".yaml")
-    if path.parent == Path("recipes") or str(path) == name or str(path) == f"{name}.yaml":
-        shipped = importlib.resources.files("aiayn_cli.recipes") / f"{name}.yaml"
-        if shipped.is_file():
-            return Path(str(shipped))
-    raise AiaynError(f"{name_or_path}: no such recipe file or shipped recipe (shipped: {', '.join(shipped_recipes())})")
-
-
-# ---------------------------------------------------------------------------------------------
 # Loading: YAML -> mapping with line numbers -> overrides -> checked dataclasses
 # ---------------------------------------------------------------------------------------------
 
@@ -490,6 +465,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     try:
         node = yaml_text.compose(text)
         data = yaml_text.loads(text) or {}
+    except RecursionError:
+        raise AiaynError(f"{path}: nested too deeply to be a recipe") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -596,6 +573,38 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         raise AiaynError(f"{where.get('data', source)}: data: {named}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
         raise AiaynError(f"{source}: set at least one of max_steps, max_epochs, max_time")
+    _check_model_fits(recipe, where, source)
+
+
+def _check_model_fits(recipe: TrainRecipe, where: dict[str, str], source: str) -> None:
+    """A model whose training state cannot fit in this machine's memory is refused before anything is
+    built: its layers' weights alone (embeddings not counted), times four in fp32 (the weights, their
+    gradients, Adam's two moments), against the physical memory. (`--set model.d_ff=1000000000` asked
+    for 256 GB.)"""
+    values = {**(PRESETS[recipe.model.preset] if recipe.model.preset else {}), **{
+        k: v for k, v in dataclasses.asdict(recipe.model).items() if v is not None and k != "preset"}}  # fmt: skip
+    defaults = AiaynConfig()
+    d, d_ff = values.get("d_model", defaults.d_model), values.get("d_ff", defaults.d_ff)
+    encoder = values.get("num_encoder_layers", defaults.num_encoder_layers)
+    decoder = values.get("num_decoder_layers", defaults.num_decoder_layers)
+    # Per layer (§3.1): attention's four d x d projections, the feed-forward's d x d_ff twice; a decoder
+    # layer has two attentions.
+    parameters = encoder * (4 * d * d + 2 * d * d_ff) + decoder * (8 * d * d + 2 * d * d_ff)
+    needed = 16 * parameters
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on this system: nothing to compare with
+        return
+    if needed > memory:
+        changed = [key for key in ("d_model", "d_ff", "num_encoder_layers", "num_decoder_layers")
+                   if f"model.{key}" in where] or ["preset"]  # fmt: skip
+        key = "model." + changed[0]
+        at = where.get(key, source)
+        raise AiaynError(
+            f"{at if at.startswith('--') else f'{at}: {key!r}'}: a model of {parameters:,} parameters needs at least "
+            f"{needed / 2**30:,.1f} GiB to train (weights, gradients and Adam's moments in fp32); this machine has "
+            f"{memory / 2**30:,.1f} GiB"
+        )
 
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")

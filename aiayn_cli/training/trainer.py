@@ -205,6 +205,8 @@ def _train(
     torch.manual_seed(recipe.seed)
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
+    if recipe.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     data = load_data(recipe, tokenizer, accelerator, show_progress)
     state = TrainState(
         num_processes=accelerator.num_processes,
@@ -219,19 +221,7 @@ def _train(
         state = saved
 
     # 3. Optimizer (§5.3), schedule, and the accelerator's wrapping.
-    optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
-    # fused: one vectorized pass over each parameter and its moments (on a CPU, `foreach` loops over
-    # the tensors op by op); the same update as the textbook loop, to rounding.
-    fused = accelerator.device.type in ("cpu", "cuda")
-    optimizer = optimizer_class(
-        model.parameters(),
-        lr=1.0,
-        betas=tuple(recipe.adam_betas),
-        eps=recipe.adam_eps,
-        weight_decay=recipe.weight_decay,
-        fused=fused or None,
-        foreach=not fused or None,
-    )
+    optimizer = make_optimizer(recipe, model, accelerator.device)
     scheduler = build_scheduler(
         optimizer,
         recipe.lr_schedule,
@@ -304,6 +294,26 @@ def _train(
 # ---------------------------------------------------------------------------------------------
 
 
+def make_optimizer(recipe: TrainRecipe, model, device: torch.device) -> torch.optim.Optimizer:
+    """Adam(beta1, beta2, eps) of §5.3 (AdamW with a weight decay), at lr 1 (the schedule scales it).
+
+    Fused where the device has the kernels (CPU, CUDA): one vectorized pass over each parameter and
+    its moments, the same update as the textbook loop to rounding, and it skips an update on the
+    device (`found_inf`: the non-finite guard, the fp16 loss scaler) without the host reading a flag.
+    """
+    optimizer_class = torch.optim.AdamW if recipe.weight_decay else torch.optim.Adam
+    fused = torch.device(device).type in ("cpu", "cuda")
+    return optimizer_class(
+        model.parameters(),
+        lr=1.0,
+        betas=tuple(recipe.adam_betas),
+        eps=recipe.adam_eps,
+        weight_decay=recipe.weight_decay,
+        fused=fused or None,
+        foreach=not fused or None,
+    )
+
+
 def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None):
     """One `Accelerator` for the run, in the precision `choice` (default: the recipe's, on this device);
     `accelerate launch` / `accelerate config` decide the rest."""
@@ -325,6 +335,10 @@ def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None)
         )
     except ValueError as err:  # e.g. fp16 where the device has none
         raise AiaynError(f"accelerate: {first_line(err)}") from None
+    if accelerator.mixed_precision == "fp16" and accelerator.scaler is None and accelerator.device.type == "cpu":
+        # accelerate scales an fp16 loss on accelerators only; on a CPU fp16 gradients underflow as they
+        # would on a GPU: the same dynamic loss scaling (before `prepare`, which hands the scaler on)
+        accelerator.scaler, accelerator.native_amp = torch.amp.GradScaler("cpu"), True
     return accelerator
 
 
@@ -340,12 +354,20 @@ def _forget_an_earlier_precision(choice: PrecisionChoice | None) -> None:
 
 
 def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
-    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's."""
+    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's.
+
+    Training's `auto` on a CUDA GPU without native bf16 (T4, V100) takes fp16 with dynamic loss scaling
+    (`torch.amp.GradScaler`, through accelerate): its tensor cores compute fp16, and fp32 there is
+    several times slower."""
     if recipe.mixed_precision is None:
         return None
     # As `Accelerator()` would: ACCELERATE_USE_CPU=1 (processes on CPUs) must reach the first
     # PartialState, which every later one shares, or each process thinks it runs alone.
-    return choose_precision(recipe.mixed_precision, _process_state().device)
+    device = _process_state().device
+    choice = choose_precision(recipe.mixed_precision, device)
+    if recipe.mixed_precision == "auto" and choice.precision == "no" and torch.device(device).type == "cuda":
+        return PrecisionChoice("fp16", f"{choice.reason}: fp16 with dynamic loss scaling")
+    return choice
 
 
 def accelerate_precision() -> str:
@@ -601,6 +623,7 @@ __all__ = [
     "load_data",
     "load_tokenizer",
     "make_accelerator",
+    "make_optimizer",
     "run_precision",
     "micro_batch_seed",
     "prepare_training_data",

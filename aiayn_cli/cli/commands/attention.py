@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
+from ...hub.lookup import check_hub_model
 from .. import options
 
 NARROW = "Narrowing and merging"
@@ -175,14 +176,17 @@ def attention(
     aiayn attention -m MODEL "A dog runs." -o attention                  # png and the explorer
     aiayn attention --checkpoints aiayn-quickstart/run -o over-training   # AER and a pattern per step
     """
-    from ...inspection.report import AttentionRequest, attention_report
-
     if checkpoints is not None:
         _over_training(checkpoints, sentences, reference, output, kinds, layer, head, data_dir,
                        (source_lang, target_lang), split, sample, overwrite)  # fmt: skip
         return
     if model is None:
         raise AiaynError("is required (or --checkpoints RUN)", key="model")
+    check_hub_model(model)  # before the libraries load: a missing folder or file is one line at once
+    for flag, path in (("--input", input), ("--references", reference_file)):
+        if path is not None and str(path) != "-" and not Path(path).exists():
+            raise AiaynError(f"{flag} {path}: no such file")
+    from ...inspection.report import AttentionRequest, attention_report
 
     if not formats:
         formats = ["png", "html"] if output is not None else ["text"]

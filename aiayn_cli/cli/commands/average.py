@@ -63,8 +63,6 @@ def average(
     ] = False,
 ) -> None:
     """Average checkpoints element-wise into a new Hub-format model folder."""
-    from ...training.checkpoint import list_checkpoints, write_averaged_checkpoint
-
     if any(not name.strip() for name in names):  # Path("") would be the current folder
         raise AiaynError("an empty CHECKPOINT: give checkpoint folders, or with --last a run folder")
     paths = [Path(name) for name in names]
@@ -74,6 +72,11 @@ def average(
         )
     if data_dir is not None and not choose:
         raise AiaynError("--data-dir is for --choose (the validation split to choose on)")
+    for path in paths:  # before the libraries load
+        if not path.is_dir():
+            raise AiaynError(f"{path}: not a checkpoint folder" if last is None else f"{path}: no such run folder")
+    from ...training.checkpoint import list_checkpoints, write_averaged_checkpoint
+
     if last is not None:
         if len(paths) != 1:
             raise AiaynError("--last takes one run folder, not checkpoint folders")

@@ -1,4 +1,5 @@
-"""`aiayn evaluate`: score translations with sacreBLEU, chrF and TER (and the paper's BLEU)."""
+"""`aiayn evaluate`: score translations with sacreBLEU (and BLEU on lowercased, tokenized text), chrF and
+TER (and the paper's BLEU)."""
 
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def evaluate(
         typer.Option(
             "--lang",
             metavar="LANG",
-            help="Language of the references for the Moses tokenizer of --paper-bleu "
-            "(default: the reference file's suffix, e.g. test2016.de -> de).",
+            help="Language of the references for the Moses tokenizer of --paper-bleu and of the BLEU on lowercased, "
+            "tokenized text (default: the reference file's suffix, e.g. test2016.de -> de, or the split's --target-lang).",
             show_default=False,
         ),
     ] = None,

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 import typer
 
 from ...errors import AiaynError
+from ...hub.lookup import check_hub_model
 from .. import options
 
 TARGETS = ("ctranslate2",)
@@ -51,6 +52,7 @@ def export(
     if kind is None:
         raise AiaynError(f"int16 weights keep fp32 for the rest; give --precision fp32, not {precision}",
                          key="quantization")  # fmt: skip
+    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
     from ...decoding.ctranslate2_convert import export_ctranslate2
 
     folder = export_ctranslate2(model, output, quantization=kind, overwrite=overwrite)

@@ -9,6 +9,7 @@ import typer
 
 from ...data.spec import DataSpec
 from ...errors import AiaynError
+from ...hub.lookup import check_hub_model
 from .. import options
 
 MEASURE = "Measurement"
@@ -76,12 +77,7 @@ def heads(
             "where the device computes it natively, as translate), bf16 or fp16."
         ),
     ] = "fp32",
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite", help="Replace files in --output-dir that aiayn heads did not write (or that were edited)."
-        ),
-    ] = False,
+    overwrite: Annotated[bool, options.overwrite_option("heads")] = False,
 ) -> None:
     """Measure every head: what it attends to, the loss and BLEU without it, and how many can go.
 
@@ -89,6 +85,7 @@ def heads(
     aiayn heads -m runs/multi30k_en_de/averaged --data-dir DATA -s en -t de -o heads
     aiayn heads -m aiayn-quickstart/run/averaged --data-dir aiayn-quickstart/data -s en -t de --beam 1
     """
+    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
     from ...decoding.translator import Translator
     from ...files import check_output_files
     from ...inspection.head_figures import summary, table, write_head_report

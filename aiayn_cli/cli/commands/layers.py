@@ -9,6 +9,7 @@ import typer
 
 from ...data.spec import DataSpec
 from ...errors import AiaynError
+from ...hub.lookup import check_hub_model
 from .. import options
 
 
@@ -57,12 +58,7 @@ def layers(
         ),
     ] = None,
     device: Annotated[str, options.device_option()] = "auto",
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite", help="Replace files in --output-dir that aiayn layers did not write (or that were edited)."
-        ),
-    ] = False,
+    overwrite: Annotated[bool, options.overwrite_option("layers")] = False,
 ) -> None:
     """Show each decoder layer's prediction (through the output projection) and alignment, in fp32.
 
@@ -72,6 +68,7 @@ def layers(
     aiayn layers -m aiayn-quickstart/run/averaged --data-dir aiayn-quickstart/data -s en -t de --split test
     (AER per layer where the split has true alignments, {split}.align, as the quickstart's data has)
     """
+    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
     from ...decoding.translator import Translator
     from ...files import check_output_files
     from ...inspection.layer_figures import summary, table, write_layer_report

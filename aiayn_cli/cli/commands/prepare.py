@@ -50,14 +50,21 @@ def prepare(
     data: dict | None = None,
 ) -> None:
     """Prepare a recipe's training split (clean, tokenize, cache) and print where the cache is."""
-    from ...training.recipe import find_recipe, load_recipe
+    from ...training.shipped import find_recipe
+
+    recipe_file = find_recipe(recipe)  # before the libraries load
+    from ...training.recipe import load_recipe
     from ...training.trainer import prepare_training_data
 
-    overrides = options.recipe_overrides(
-        set_values, {**data, "cache_dir": cache_dir}, {"tokenizer": tokenizer, "num_proc": num_proc}
-    )
+    data = {**data, "cache_dir": cache_dir}
+    flags = {"tokenizer": tokenizer, "num_proc": num_proc}
+    overrides = options.recipe_overrides(set_values, data, flags)
+    given = {**flags, **{f"data.{name}": value for name, value in data.items()}}
+    named = {
+        key: "--" + key.removeprefix("data.").replace("_", "-") for key, value in given.items() if value is not None
+    }
     prepared = prepare_training_data(
-        load_recipe(find_recipe(recipe), overrides), show_progress=options.show_progress(progress)
+        load_recipe(recipe_file, overrides, flags=named), show_progress=options.show_progress(progress)
     )
     typer.echo(prepared.report, err=True)
     state = "opened from the cache" if prepared.from_cache else "prepared"

@@ -18,7 +18,7 @@ def recipes(
     ] = None,
 ) -> None:
     """List the shipped recipes (`aiayn train NAME` runs one from any folder), or print one."""
-    from ...training.recipe import find_recipe, shipped_recipes
+    from ...training.shipped import find_recipe, shipped_recipes
 
     if name is not None:
         path = find_recipe(name)

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
+from ...hub.lookup import check_hub_model
 from ...serving.limits import Limits
 from .. import options
 
@@ -91,11 +92,12 @@ def serve(
 ) -> None:
     """Serve a model over HTTP: POST /v1/translate, GET /v1/health, GET /v1/model, docs at /docs, a page at /;
     and LibreTranslate's API (POST /translate, GET /languages) for the clients that speak it."""
-    from ...serving.server import serve as run_server
-
     if log_level.lower() not in LOG_LEVELS:
         raise AiaynError(f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}", key="log_level")
     options.check_engine(engine)
+    check_hub_model(model)  # before the libraries load: a missing folder is one line at once
+    from ...serving.server import serve as run_server
+
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_sentences=max_sentences,

@@ -135,7 +135,10 @@ def train(
     data: dict | None = None,
 ) -> None:
     """Train a Transformer with the paper's recipe (§5): Adam, warmup + inverse square root, label smoothing."""
-    from ...training.recipe import find_recipe, load_recipe
+    from ...training.shipped import find_recipe
+
+    recipe_file = find_recipe(recipe) if recipe is not None else None  # before the libraries load
+    from ...training.recipe import load_recipe
     from ...training.trainer import quiet_libraries
     from ...training.trainer import train as run_training
 
@@ -158,7 +161,7 @@ def train(
     given = {**flags, **{f"data.{name}": value for name, value in data.items()}}
     named = {key: FLAGS.get(key, "--" + key.removeprefix("data.").replace("_", "-"))
              for key, value in given.items() if value is not None}  # fmt: skip
-    resolved = load_recipe(find_recipe(recipe) if recipe is not None else None, overrides, flags=named)
+    resolved = load_recipe(recipe_file, overrides, flags=named)
     quiet_libraries()
     result = run_training(
         resolved, resume=resume, show_progress=options.show_progress(progress), accept_new_data=accept_new_data

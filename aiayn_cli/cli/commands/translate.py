@@ -88,17 +88,21 @@ def translate(
     if sentences and input is not None:
         raise AiaynError("give sentences as arguments or --input FILE, not both")
     check_hub_model(model)  # before the libraries load: a missing folder is one line at once
-    import torch
-
     from ...decoding.translator import Translator, decode_lines
 
     check_paths(input, output, model)
     if alignment and engine != "torch":
         raise AiaynError("reads aiayn's own attention: use it with {engine} torch", key="alignment",
                          mentions=("engine",))  # fmt: skip
-    if threads is not None:
-        torch.set_num_threads(threads)
-    translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
+    translator = None
+    if engine == "ctranslate2":  # converted already: neither torch nor transformers is imported
+        translator = Translator.from_converted(model, device=device, dtype=dtype, threads=threads)
+    if translator is None:
+        import torch
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+        translator = Translator.from_pretrained(model, device=device, dtype=dtype, engine=engine)
     decoding = {**(decoding or {}), "on_long": on_long, "max_tokens": max_tokens, "batch_size": batch_size}
     nbest = decoding.get("nbest") or 1
     try:

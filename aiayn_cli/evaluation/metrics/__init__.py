@@ -78,13 +78,54 @@ def _moses(lang: str):
     return MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
 
 
-def paper_bleu_tokenize(text: str, lang: str) -> str:
-    """Tokenize one line as the paper's BLEU does: Moses unicode-punctuation replacement, Moses
-    tokenizer (with its default escaping, as `tokenizer.perl`), then compound splitting."""
+def moses_tokenize(text: str, lang: str) -> str:
+    """Tokenize one line as `tokenizer.perl -l LANG` does, after Moses unicode-punctuation replacement
+    (with the tokenizer's default escaping)."""
     normalizer, tokenizer = _moses(lang)
-    text = normalizer.replace_unicode_punct(text)
-    text = tokenizer.tokenize(text, escape=True, return_str=True)
-    return split_compounds(text)
+    return tokenizer.tokenize(normalizer.replace_unicode_punct(text), escape=True, return_str=True)
+
+
+def paper_bleu_tokenize(text: str, lang: str) -> str:
+    """Tokenize one line as the paper's BLEU does: `moses_tokenize`, then compound splitting."""
+    return split_compounds(moses_tokenize(text, lang))
+
+
+SACREBLEU_URL = "https://github.com/mjpost/sacrebleu"
+
+
+def metric_info(
+    description: str,
+    citation: str,
+    inputs_description: str,
+    reference_url: str,
+    codebase_urls: tuple[str, ...] = (SACREBLEU_URL,),
+    homepage: str = SACREBLEU_URL,
+):
+    """The `evaluate.MetricInfo` of a shipped metric module: its texts, the paper that defines the
+    metric (`reference_url`), the code that computes it."""
+    import evaluate
+
+    return evaluate.MetricInfo(
+        description=description,
+        citation=citation,
+        inputs_description=inputs_description,
+        homepage=homepage,
+        features=text_features(),
+        codebase_urls=list(codebase_urls),
+        reference_urls=[reference_url],
+    )
+
+
+def metric_result(result, signature: str, width: int, *fields: str) -> dict:
+    """A sacrebleu score as a metric result: its name and score, the `fields` named, the signature and
+    sacreBLEU's own one-line report."""
+    return {
+        "name": result.name,
+        "score": result.score,
+        **{name: getattr(result, name) for name in fields},
+        "signature": signature,
+        "formatted": result.format(width=width, signature=signature),
+    }
 
 
 def text_features():
@@ -101,16 +142,5 @@ def text_features():
 
 def bleu_result(result, signature: str, width: int) -> dict:
     """A sacrebleu `BLEUScore` as a metric result: the numbers, the signature, sacreBLEU's own line."""
-    return {
-        "name": result.name,
-        "score": result.score,
-        "counts": result.counts,
-        "totals": result.totals,
-        "precisions": result.precisions,
-        "bp": result.bp,
-        "sys_len": result.sys_len,
-        "ref_len": result.ref_len,
-        "signature": signature,
-        "verbose": result._verbose,
-        "formatted": result.format(width=width, signature=signature),
-    }
+    fields = ("counts", "totals", "precisions", "bp", "sys_len", "ref_len")
+    return {**metric_result(result, signature, width, *fields), "verbose": result._verbose}

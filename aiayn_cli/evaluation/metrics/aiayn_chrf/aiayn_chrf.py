@@ -4,7 +4,7 @@ folder, with no network. `word_order=2` gives chrF++ (Popović, 2017)."""
 import evaluate
 import sacrebleu
 
-from aiayn_cli.evaluation.metrics import reference_streams, text_features
+from aiayn_cli.evaluation.metrics import metric_info, metric_result, reference_streams
 
 _DESCRIPTION = """\
 Character n-gram F-score (chrF, beta=2 and character order 6 by default) computed by sacreBLEU."""
@@ -39,15 +39,7 @@ class AiaynChrf(evaluate.Metric):
     __doc__ = _DESCRIPTION + "\n" + _KWARGS_DESCRIPTION
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            homepage="https://github.com/mjpost/sacrebleu",
-            features=text_features(),
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://aclanthology.org/W15-3049"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, "https://aclanthology.org/W15-3049")
 
     def _compute(
         self, predictions, references, char_order=6, word_order=0, beta=2, lowercase=False, whitespace=False, width=2
@@ -56,10 +48,4 @@ class AiaynChrf(evaluate.Metric):
             char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase, whitespace=whitespace
         )
         result = chrf.corpus_score(predictions, reference_streams(references))
-        signature = str(chrf.get_signature())
-        return {
-            "name": result.name,
-            "score": result.score,
-            "signature": signature,
-            "formatted": result.format(width=width, signature=signature),
-        }
+        return metric_result(result, str(chrf.get_signature()), width)

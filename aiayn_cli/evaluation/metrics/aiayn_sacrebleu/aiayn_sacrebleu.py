@@ -7,7 +7,7 @@ signature so that the score can be reported and reproduced.
 import evaluate
 import sacrebleu
 
-from aiayn_cli.evaluation.metrics import bleu_result, reference_streams, text_features
+from aiayn_cli.evaluation.metrics import bleu_result, metric_info, reference_streams
 
 _DESCRIPTION = """\
 BLEU computed by sacreBLEU on detokenized text with its standard tokenization ('13a' by default),
@@ -42,15 +42,7 @@ class AiaynSacrebleu(evaluate.Metric):
     __doc__ = _DESCRIPTION + "\n" + _KWARGS_DESCRIPTION
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            homepage="https://github.com/mjpost/sacrebleu",
-            features=text_features(),
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://www.aclweb.org/anthology/W18-6319"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, "https://www.aclweb.org/anthology/W18-6319")
 
     def _compute(self, predictions, references, tokenize="13a", lowercase=False, width=2):
         bleu = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase)

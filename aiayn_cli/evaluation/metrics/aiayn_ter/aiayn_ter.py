@@ -4,7 +4,7 @@ metric that loads from this folder, with no network. Lower is better."""
 import evaluate
 import sacrebleu
 
-from aiayn_cli.evaluation.metrics import reference_streams, text_features
+from aiayn_cli.evaluation.metrics import metric_info, metric_result, reference_streams
 
 _DESCRIPTION = """\
 Translation Edit Rate: the number of edits (insertions, deletions, substitutions, shifts) that turn
@@ -40,15 +40,7 @@ class AiaynTer(evaluate.Metric):
     __doc__ = _DESCRIPTION + "\n" + _KWARGS_DESCRIPTION
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            homepage="https://github.com/mjpost/sacrebleu",
-            features=text_features(),
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://aclanthology.org/2006.amta-papers.25"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, "https://aclanthology.org/2006.amta-papers.25")
 
     def _compute(
         self,
@@ -64,12 +56,4 @@ class AiaynTer(evaluate.Metric):
             normalized=normalized, no_punct=no_punct, asian_support=asian_support, case_sensitive=case_sensitive
         )
         result = ter.corpus_score(predictions, reference_streams(references))
-        signature = str(ter.get_signature())
-        return {
-            "name": result.name,
-            "score": result.score,
-            "num_edits": result.num_edits,
-            "ref_length": result.ref_length,
-            "signature": signature,
-            "formatted": result.format(width=width, signature=signature),
-        }
+        return metric_result(result, str(ter.get_signature()), width, "num_edits", "ref_length")
