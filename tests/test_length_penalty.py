@@ -93,16 +93,18 @@ def test_the_grid_goes_on_past_an_edge_until_the_best_alpha_is_inside():
 
 
 def test_a_choice_at_the_grids_edge_is_extended_on_the_model(translator):
-    """The references are the search's output at alpha 2.0 and the grid stops at 0.6: the grid goes on
-    (1.2, 1.8, ...) until the best is inside it, and the chosen alpha returns what 2.0 returns."""
+    """The references are the search's output at alpha 0 and the grid [1.5, 2.0] lies above it: the grid
+    goes on down (1.0, 0.5, ...) until the best is inside it or at 0, and the chosen alpha's
+    translations are the references."""
     sources = sentences(24, seed=0)
-    references = translator.translate(sources, length_penalty=2.0)
-    choice = choose_length_penalty(translator, sources, references, [0.0, 0.6])
-    assert choice.extended and choice.extended[0] == pytest.approx(1.2) and choice.alpha > 0.6
-    assert max(choice.bleu) > choice.alpha  # inside: a larger alpha was tried and was not better
-    assert choice.bleu[choice.alpha] == max(choice.bleu.values()) > choice.bleu[0.6]
-    assert choice.translations == translator.translate(sources, length_penalty=choice.alpha)
-    assert "the grid extended past its edge to 1.2" in choice.describe()
+    references = translator.translate(sources, length_penalty=0.0)
+    assert references != translator.translate(sources, length_penalty=2.0)  # else alpha would not matter here
+    choice = choose_length_penalty(translator, sources, references, [1.5, 2.0])
+    assert choice.extended[:1] == [1.0] and choice.alpha < 1.5
+    assert choice.bleu[choice.alpha] == pytest.approx(100.0) and choice.bleu[choice.alpha] > choice.bleu[1.5]
+    assert choice.alpha == 0.0 or min(choice.bleu) < choice.alpha  # inside, or at the limit 0
+    assert choice.translations == references
+    assert "the grid extended past its edge to 1" in choice.describe()
 
 
 def test_bad_grids_and_misaligned_references_are_refused(translator):
@@ -131,6 +133,8 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, 
     folder = Path(shutil.copytree(model_folder, tmp_path / "model"))
     translator = Translator.from_pretrained(str(folder))  # the precision `aiayn evaluate` chooses too
     sources = sentences(24, seed=1)
+    at_2 = translator.translate(sources, length_penalty=2.0)
+    sources = [source for source, target in zip(sources, at_2) if target.strip()]  # an empty reference is dropped
     by_alpha = {alpha: translator.translate(sources, length_penalty=alpha) for alpha in (0.0, 2.0)}
     assert by_alpha[0.0] != by_alpha[2.0]
     data = tmp_path / "data"
@@ -157,7 +161,8 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, 
         "-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json",
     )  # fmt: skip
     assert code == 0, err
-    assert "alpha 2, chosen on 24 validation sentences" in err
+    assert f"alpha 2, chosen on {len(sources)} validation sentences" in err
+    assert "2: 100.00, 4: 100.00; the grid extended past its edge to 4)" in err  # 2 was the top: 4 tried, no better
     saved = json.loads((tmp_path / "out.json").read_text())
     assert saved["inputs"]["length_penalty"] == 2.0
     assert saved["inputs"]["length_penalty_bleu"]["2"] == pytest.approx(100.0)
