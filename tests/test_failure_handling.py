@@ -315,7 +315,7 @@ def test_a_missing_local_folder_is_said_so_not_looked_up_on_the_hub(monkeypatch,
     )
     assert _line(monkeypatch, capsys, "prepare", TINY, *flags) == f"error: {missing}: no such tokenizer folder"
     assert _line(monkeypatch, capsys, "export", "-m", missing, "-o", tmp_path / "ct2") == (
-        f"error: {missing}: no such model folder"
+        f"error: --model {missing}: no such model folder"  # checked before the libraries load, named by its option
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["D"]
 
