@@ -38,10 +38,11 @@ from benchmarks.local_data import MULTI30K  # noqa: E402
 from benchmarks.results import Recorder, source_of  # noqa: E402
 
 # name -> (what changes, in words; the --set overrides). "base" is the recipe as shipped.
+LAYERS_4 = {"model.num_encoder_layers": 4, "model.num_decoder_layers": 4}
 TINY = {"model.d_model": 128, "model.d_ff": 256, "model.num_encoder_layers": 4, "model.num_decoder_layers": 4}
 VARIANTS: dict[str, tuple[str, dict]] = {
     "base": ("the recipe as shipped", {}),
-    "layers-4": ("4+4 layers instead of 6+6", {"model.num_encoder_layers": 4, "model.num_decoder_layers": 4}),
+    "layers-4": ("4+4 layers instead of 6+6", LAYERS_4),
     "tiny": ("4+4 layers of width 128, d_ff 256 (Transformer-tiny), lr_scale 1", {**TINY, "lr_scale": 1.0}),
     "tiny-lr2": ("Transformer-tiny, lr_scale 2 (peak 5.6e-3)", {**TINY, "lr_scale": 2.0}),
     "tiny-4096": ("Transformer-tiny, lr_scale 1, 4,096-token batches", {**TINY, "lr_scale": 1.0, "max_tokens": 4096}),
@@ -49,6 +50,15 @@ VARIANTS: dict[str, tuple[str, dict]] = {
         "Transformer-tiny, lr_scale 1, a 10,000-token BPE",
         {**TINY, "lr_scale": 1.0, "tokenizer_training.vocab_size": 10000},
     ),
+    "layers-3": ("3+3 layers instead of 6+6", {"model.num_encoder_layers": 3, "model.num_decoder_layers": 3}),
+    "layers-4-vocab10k": ("4+4 layers, a 10,000-token BPE", {**LAYERS_4, "tokenizer_training.vocab_size": 10000}),
+    "layers-4-no-extra-dropout": (
+        "4+4 layers, no dropout on attention weights and after the ReLU",
+        {**LAYERS_4, "model.attention_dropout": 0.0, "model.activation_dropout": 0.0},
+    ),
+    "layers-4-lr-0.75": ("4+4 layers, lr_scale 0.75 (peak 1.5e-3)", {**LAYERS_4, "lr_scale": 0.75}),
+    "layers-4-smoothing-0": ("4+4 layers, no label smoothing", {**LAYERS_4, "label_smoothing": 0.0}),
+    "layers-4-warmup-2000": ("4+4 layers, 2,000 warmup steps (peak 7.0e-4)", {**LAYERS_4, "warmup_steps": 2000}),
     "lr-1": ("lr_scale 1 (peak 2.0e-3) instead of 0.5", {"lr_scale": 1.0}),
     "no-attention-dropout": (
         "no dropout on attention weights and after the ReLU",
