@@ -93,7 +93,8 @@ def quality() -> list[Row]:
         bleu = run["test2016"]["sacrebleu"]
         runs.append((path, "Multi30k en->de, test2016 (`multi30k_en_de_gpu`)", bleu["score"],
                      f"{run['train_seconds'] / 60:.0f} min, {run['steps']:,} steps ({run['precision']})",
-                     _minutes(run["wall_s"]), _hardware(r), bleu["signature"], "aiayn train multi30k_en_de_gpu"))  # fmt: skip
+                     _minutes(run["wall_s"]), _hardware(r), bleu["signature"],
+                     f"aiayn train multi30k_en_de_gpu` at commit `{r['commit'][:7]}"))  # fmt: skip
     rows = [Row("| run | sacreBLEU | training | end to end | run on |", None), Row("|---|---|---|---|---|", None)]
     rows += [Row(f"| {run} | {bleu:.2f} | {training} | {wall} | [{i}] |", path)
              for i, (path, run, bleu, training, wall, *_) in enumerate(runs, 1)]  # fmt: skip
@@ -285,6 +286,98 @@ def decoding_split() -> list[Row]:
     return rows
 
 
+def ablation() -> list[Row]:
+    """ablate_multi30k's variants, best first within each results file: the change, its steps, the final
+    model chosen on validation and its validation BLEU (beam 4, the length penalty chosen on val)."""
+    rows = [
+        Row("| change to the recipe | steps | tokens/s | final model (chosen on val) | alpha | val BLEU | run |", None),
+        Row("|---|---|---|---|---|---|---|", None),
+    ]
+    for path, r in results_files("ablate_multi30k"):
+        f = r["figures"]
+        run = f"{f['recipe']}, {f['parallel']} at once, {_hardware(r)}, commit {r['commit'][:7]}"
+        done = [(n, v) for n, v in f["variants"].items() if v.get("valid_bleu") is not None]
+        for name, v in sorted(done, key=lambda item: -item[1]["valid_bleu"]):
+            rows.append(Row(
+                f"| {v['change']} (`{name}`) | {v['steps']:,} | {v['tokens_per_s']:,.0f} | {v['chosen']} | "
+                f"{v['length_penalty']:g} | {v['valid_bleu']:.2f} | {run} |", path))  # fmt: skip
+        for name, v in f["variants"].items():
+            if v.get("valid_bleu") is None:
+                rows.append(
+                    Row(f"| {v['change']} (`{name}`) | - | - | failed: exit {v['exit_code']} | - | - | {run} |", path)
+                )
+    return rows
+
+
+def ablation_choices() -> list[Row]:
+    """Averaging and alpha in each ablate_multi30k variant: validation BLEU (greedy, the run's sample) of
+    the last checkpoint and of the best average of the decayed tail, and BLEU (beam 4, whole split) of
+    the final model at each length penalty of the grid."""
+    found = results_files("ablate_multi30k")
+    alphas = sorted(
+        {
+            float(a)
+            for _, r in found
+            for v in r["figures"]["variants"].values()
+            for a in v.get("length_penalty_bleu", {})
+        }
+    )
+    header = "| variant | last | best average (k) | " + " | ".join(f"alpha {a:g}" for a in alphas) + " |"
+    rows = [Row(header, None), Row("|---" * (3 + len(alphas)) + "|", None)]
+    for path, r in found:
+        for name, v in r["figures"]["variants"].items():
+            if v.get("valid_bleu") is None:
+                continue
+            averages = {k: b for k, b in v["candidates"].items() if k.startswith("average")}
+            best = max(averages, key=averages.get) if averages else None
+            k = best.rsplit(" ", 1)[-1] if best else "-"
+            by_alpha = {float(a): b for a, b in v["length_penalty_bleu"].items()}
+            cells = [f"{by_alpha[a]:.2f}" if a in by_alpha else "-" for a in alphas]
+            average = f"{averages[best]:.2f} ({k})" if best else "-"
+            rows.append(
+                Row(
+                    f"| `{name}` | {v['candidates'].get('last', float('nan')):.2f} | {average} | "
+                    + " | ".join(cells)
+                    + " |",
+                    path,
+                )
+            )
+    return rows
+
+
+def gpu_check() -> list[Row]:
+    """What each GPU check measured, part by part: one line a figure, with the GPU and the commit."""
+    rows = [Row("| part | figure | GPU, commit |", None), Row("|---|---|---|", None)]
+    for path, r in results_files("gpu_check"):
+        where = f"{r['machine'].get('gpu', {}).get('model', '?')}, {r['commit'][:7]}"
+        parts = r["figures"].get("parts", {})
+        lines = []
+        if (env := parts.get("environment", {})).get("ok"):
+            lines.append(("environment", f"bf16 matrix products {env['bf16_matmul_flops_per_s'] / 1e12:,.0f} TFLOP/s; "
+                          f"torch {env['torch']}, CUDA {env['cuda']}, driver {env['driver']}"))  # fmt: skip
+        if (tests := parts.get("tests", {})).get("exit_code") is not None:
+            lines.append(("tests", f"`pytest -m gpu`: {tests['passed']} of {tests['tests']} passed"))
+        if (m := parts.get("multi30k", {})).get("ok"):
+            lines.append(("multi30k", f"test2016 sacreBLEU {m['test2016']['sacrebleu']['score']:.2f} "
+                          f"(lowercased, tokenized {m['test2016'].get('bleu_lc', {}).get('score', float('nan')):.2f}); "
+                          f"{m['steps']:,} steps in {m['train_seconds']:.0f} s, {m['tokens_per_s']:,.0f} tokens/s"))  # fmt: skip
+        if (t := parts.get("throughput", {})).get("ok"):
+            ours, peer = t["sides"].get("aiayn", {}), t["sides"].get("hf", {})
+            text = f"base, bf16: {ours.get('tokens_per_s', 0):,.0f} tokens/s, MFU {ours.get('mfu', 0):.1%}"
+            if peer.get("ok"):
+                text += f"; Seq2SeqTrainer {peer['tokens_per_s']:,.0f} tokens/s, MFU {peer['mfu']:.1%}: {t['ratio_to_hf']:.2f}x"
+            lines.append(("throughput", text))
+        if (h := parts.get("host", {})).get("ok"):
+            lines.append(("host", f"aiayn's step at {h['aiayn_speed_over_minimal']:.2f}x a minimal loop's speed "
+                          f"({h['median_ms_a_step']['aiayn']:.1f} against {h['median_ms_a_step']['minimal']:.1f} ms; goal 0.95)"))  # fmt: skip
+        for row in parts.get("decoding", {}).get("rows", []):
+            lines.append(("decoding", f"{row['dims']}, batch {row['batch']}, beam {row['beams']}: "
+                          f"{row['aiayn_sentences_per_s']:,.1f} against generate()'s {row['hf_generate_sentences_per_s']:,.1f} "
+                          f"sentences/s: {row['ratio']:.2f}x"))  # fmt: skip
+        rows += [Row(f"| {part} | {text} | {where} |", path) for part, text in lines]
+    return rows
+
+
 TABLES: dict[str, Callable[[], list[Row]]] = {
     "decoding-against-generate": decoding_against_generate,
     "bench_decode-runs": measured_runs("bench_decode"),
@@ -298,6 +391,9 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
     "multi30k-runs": measured_runs("multi30k_en_de"),
     "bench_data-runs": measured_runs("bench_data"),
     "bench_startup-runs": measured_runs("bench_startup"),
+    "ablation": ablation,
+    "ablation-choices": ablation_choices,
+    "gpu-check": gpu_check,
 }
 
 
@@ -306,6 +402,8 @@ WRITERS = {
     "quickstart": "python benchmarks/bench_quickstart.py",
     "multi30k_en_de": "python -m pytest -m long tests/test_multi30k_recipe.py",
     "bench_train": "python benchmarks/bench_train.py",
+    "ablate_multi30k": "python benchmarks/ablate_multi30k.py OUT --parallel 6",
+    "gpu_check": "python benchmarks/gpu_check.py OUT",
 }
 
 
@@ -313,6 +411,9 @@ RESULTS_OF = {
     "quickstart-runs": "quickstart",
     "multi30k-runs": "multi30k_en_de",
     "training-against-seq2seqtrainer": "bench_train",
+    "ablation": "ablate_multi30k",
+    "ablation-choices": "ablate_multi30k",
+    "gpu-check": "gpu_check",
 }
 
 
