@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="the training steps (default: the command's)")
     parser.add_argument("--minutes", type=float, default=None, help="the time cap (default: the command's)")
     parser.add_argument("--busy-cores", type=int, default=0, help="processes keeping a core busy throughout")
+    parser.add_argument("--keep", type=Path, help="keep the quickstart's folder here (default: a temporary one)")
     results.add_argument(parser, "quickstart")
     args = parser.parse_args()
     print(machine_summary(), flush=True)
@@ -94,8 +95,9 @@ def main() -> None:
         "quickstart", " ".join(["aiayn quickstart", *options]) + (busy if args.busy_cores else "")
     )
     with tempfile.TemporaryDirectory() as tmp, busy_cores(args.busy_cores):
-        seconds, stdout = run(options, Path(tmp) / "aiayn-quickstart")
-        found = figures(Path(tmp) / "aiayn-quickstart", seconds, stdout)
+        folder = args.keep or Path(tmp) / "aiayn-quickstart"
+        seconds, stdout = run(options, folder)
+        found = figures(folder, seconds, stdout)
     found["busy_cores"] = args.busy_cores
     path = recorder.write(found, args.results)
     print(json.dumps(found, indent=2))
