@@ -444,7 +444,7 @@ def load_tokenizer(path: str):
     """The tokenizer of `aiayn train-tokenizer` (a folder, or a Hub id)."""
     from transformers import AutoTokenizer
 
-    from ..hub.lookup import check_local
+    from ..lookup import check_local
 
     check_local(path, key=None, what="tokenizer")  # a missing folder is not a Hub id to look up
     try:

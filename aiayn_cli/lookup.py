@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from ..errors import AiaynError, first_line
+from .errors import AiaynError, first_line
 
 
 @functools.cache  # translate asks before the libraries load, the loader again: one request
