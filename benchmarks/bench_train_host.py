@@ -128,10 +128,11 @@ def aiayn_round(args, model_state: dict, batches: list[dict]) -> float:
     """Seconds a step of `aiayn train`'s loop over `batches` (the first `--warmup` untimed)."""
     from types import SimpleNamespace
 
+    from aiayn_cli.training.accelerator import make_accelerator
     from aiayn_cli.training.loop import RunContext, train_loop
     from aiayn_cli.training.run_folder import MetricsLog, TrainState
     from aiayn_cli.training.schedule import build_scheduler
-    from aiayn_cli.training.trainer import make_accelerator, make_optimizer
+    from aiayn_cli.training.trainer import make_optimizer
 
     with tempfile.TemporaryDirectory() as tmp:
         recipe = recipe_for(args, Path(tmp), len(batches))

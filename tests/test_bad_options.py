@@ -130,7 +130,7 @@ def test_a_missing_folder_that_could_be_a_hub_id_is_one_line_at_once(tmp_path, m
     from huggingface_hub import constants
 
     from aiayn_cli.errors import AiaynError
-    from aiayn_cli.hub.lookup import check_hub_model
+    from aiayn_cli.lookup import check_hub_model
 
     monkeypatch.chdir(tmp_path)  # where no runs/ folder exists
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

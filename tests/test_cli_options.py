@@ -204,8 +204,8 @@ def test_decoding_options_are_declared_once():
     """translate's, evaluate's and attention's decoding options and the serve requests' fields all come
     from `DecodingOptions`: the same names, bounds and help."""
     from aiayn_cli.decoding.defaults import decoding_flags
-    from aiayn_cli.serving.app import TranslateRequest
     from aiayn_cli.serving.attention import AttentionRequest
+    from aiayn_cli.serving.requests import TranslateRequest
 
     flags = decoding_flags()
     for command, left_out in (("translate", set()), ("evaluate", {"--nbest"}), ("attention", {"--nbest"})):

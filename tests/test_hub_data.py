@@ -34,7 +34,8 @@ def test_a_folder_laid_out_like_the_hub_dataset_gives_its_three_splits(tmp_path)
 
 
 def test_a_missing_tokenizer_is_built_from_the_recipes_data_and_said(tmp_path, capsys):
-    from aiayn_cli.training.trainer import build_missing_tokenizer, load_tokenizer, tokenizer_missing
+    from aiayn_cli.data.tokenization import load_tokenizer
+    from aiayn_cli.training.trainer import build_missing_tokenizer, tokenizer_missing
 
     folder = write_hub_layout(tmp_path / "multi30k")
     overrides = {"data.dataset": str(folder), "tokenizer": str(tmp_path / "bpe"), "tokenizer_training.vocab_size": 300}

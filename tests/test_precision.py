@@ -106,8 +106,8 @@ def test_recipes_and_train_default_to_auto():
 
 
 def test_the_accelerator_gets_the_choice(monkeypatch, tmp_path):
+    from aiayn_cli.training.accelerator import make_accelerator, run_precision
     from aiayn_cli.training.recipe import load_recipe
-    from aiayn_cli.training.trainer import make_accelerator, run_precision
 
     monkeypatch.setattr(precision, "cpu_features", lambda: AVX2)
     recipe = load_recipe(REPO_ROOT / "recipes" / "tiny.yaml", {"output_dir": str(tmp_path), "trackers": []})
@@ -208,8 +208,8 @@ def test_a_run_in_fp32_takes_the_recipes_when_fp32_keys(tmp_path, monkeypatch, c
 def test_a_recipe_that_leaves_precision_to_accelerate_resolves_when_fp32_as_accelerate_will(monkeypatch):
     """`mixed_precision: null`: `accelerate launch --mixed_precision X` puts X in the environment, and
     `when_fp32` applies where that is "no" (or where nothing says)."""
+    from aiayn_cli.training.accelerator import accelerate_precision, run_precision
     from aiayn_cli.training.recipe import load_recipe
-    from aiayn_cli.training.trainer import accelerate_precision, run_precision
 
     recipe = load_recipe(
         REPO_ROOT / "recipes" / "tiny.yaml",

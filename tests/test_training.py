@@ -276,7 +276,7 @@ def test_accelerate_decides_precision_unless_the_recipe_does(tmp_path):
     script = (
         "import sys\n"
         "from aiayn_cli.training.recipe import load_recipe\n"
-        "from aiayn_cli.training.trainer import make_accelerator\n"
+        "from aiayn_cli.training.accelerator import make_accelerator\n"
         f"recipe = load_recipe({str(TINY)!r}, {{'output_dir': {str(tmp_path / 'out')!r}, 'trackers': [],\n"
         "                      'mixed_precision': None if sys.argv[1] == 'null' else sys.argv[1]})\n"
         "print(make_accelerator(recipe).mixed_precision)\n"

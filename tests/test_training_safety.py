@@ -392,19 +392,19 @@ def test_fp16_trains_with_dynamic_loss_scaling_and_saves_the_scale(monkeypatch, 
 def test_auto_takes_fp16_on_a_cuda_gpu_without_bf16(monkeypatch):
     from types import SimpleNamespace
 
-    import aiayn_cli.training.trainer as trainer
+    import aiayn_cli.training.accelerator as accelerator
     from aiayn_cli.precision import PrecisionChoice
     from aiayn_cli.training.recipe import load_recipe
 
-    monkeypatch.setattr(trainer, "_process_state", lambda: SimpleNamespace(device=torch.device("cuda", 0)))
+    monkeypatch.setattr(accelerator, "process_state", lambda: SimpleNamespace(device=torch.device("cuda", 0)))
     without = PrecisionChoice("no", "auto: Tesla T4 has no native bf16")
-    monkeypatch.setattr(trainer, "choose_precision", lambda requested, device: without)
-    choice = trainer.run_precision(load_recipe(TINY, {"mixed_precision": "auto"}))
+    monkeypatch.setattr(accelerator, "choose_precision", lambda requested, device: without)
+    choice = accelerator.run_precision(load_recipe(TINY, {"mixed_precision": "auto"}))
     assert (
         choice.precision == "fp16"
         and choice.reason == "auto: Tesla T4 has no native bf16: fp16 with dynamic loss scaling"
     )
-    assert trainer.run_precision(load_recipe(TINY, {"mixed_precision": "no"})).precision == "no"
+    assert accelerator.run_precision(load_recipe(TINY, {"mixed_precision": "no"})).precision == "no"
 
 
 def test_under_a_loss_scaler_a_non_finite_loss_makes_the_scaler_skip_the_update():

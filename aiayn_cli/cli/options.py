@@ -469,7 +469,7 @@ def with_data_options(
             if need == "optional" and not any(values.get(name) is not None for name in DATA_SOURCES):
                 return command(**kwargs, data=None)
             if kwargs.get("model"):
-                from ..hub.lookup import check_hub_model
+                from ..lookup import check_hub_model
 
                 check_hub_model(kwargs["model"])  # a missing model first: its recipe may name the languages
                 if not (values.get("source_lang") or values.get("target_lang")):

@@ -14,6 +14,8 @@
   `tokenizer(text_target="a sentence")` both end in 2. The decoder's `<s>` comes from the model,
   which shifts labels right itself.
 
+`load_tokenizer` loads it back (a folder, or a Hub id) for training, with one line where it cannot.
+
 `tokenize_split` tokenizes a cleaned split with it: `datasets.map(batched=True, num_proc=...)` over a
 `source`/`target` dataset, giving `input_ids`, `labels` (both ending in `</s>`), `src_len` and
 `tgt_len`, written to an Arrow cache file keyed on the dataset's fingerprint and the tokenizer, and
@@ -35,7 +37,7 @@ import xxhash
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..errors import AiaynError
+from ..errors import AiaynError, first_line
 from ..files import check_output_folder, staging_dir
 from .corpus import clean_chunks, load_split, new_report, open_pairs, split_files
 from .spec import DataSpec
@@ -262,6 +264,19 @@ TOKENIZED_FEATURES = datasets.Features(
 # ---------------------------------------------------------------------------------------------
 
 
+def load_tokenizer(path: str):
+    """The tokenizer that `train_tokenizer` saved (a folder, or a Hub id), or an `AiaynError` naming it."""
+    from transformers import AutoTokenizer
+
+    from ..lookup import check_local
+
+    check_local(path, key=None, what="tokenizer")  # a missing folder is not a Hub id to look up
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # TypeError: a config.json that is no object
+        raise AiaynError(f"cannot load the tokenizer {path}: {first_line(err)}") from None
+
+
 def default_cache_dir() -> Path:
     """Where tokenized splits are cached by default: under the `datasets` cache."""
     return Path(datasets.config.HF_DATASETS_CACHE) / "aiayn" / "tokenized"
@@ -415,6 +430,7 @@ __all__ = [
     "check_output_dir",
     "default_cache_dir",
     "is_tokenizer_file",
+    "load_tokenizer",
     "save_atomically",
     "tokenize_split",
     "train_tokenizer",

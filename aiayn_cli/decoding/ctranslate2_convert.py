@@ -28,6 +28,7 @@ import torch
 from ..errors import AiaynError
 from ..files import check_output_folder, staging_dir
 from ..model.modeling_aiayn import AiaynForConditionalGeneration, sinusoidal_positional_encoding
+from .defaults import check_saved_options
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
 
@@ -104,6 +105,7 @@ def load(model_dir: str):
     from ..model.loading import load_pretrained
 
     model, tokenizer = load_pretrained(model_dir)
+    check_saved_options(model, model_dir)
     if not isinstance(model, AiaynForConditionalGeneration):
         raise AiaynError(f"{model_dir}: not an aiayn model ({type(model).__name__})")
     check_tokenizer(tokenizer, where=f"{model_dir}: the tokenizer", **model_vocabulary(model.config))

@@ -3,7 +3,7 @@ imports no torch, so that `aiayn --help` shows them at once.
 
 `DecodingOptions` is the one typed definition: each field's `Flag` says how the command line spells it
 (`aiayn translate`, `evaluate --model`, `attention`: `aiayn_cli.cli.options.with_decoding_options`),
-how `aiayn serve`'s request names it (`aiayn_cli.serving.app.TranslateRequest`), and the values it
+how `aiayn serve`'s request names it (`aiayn_cli.serving.requests.TranslateRequest`), and the values it
 takes; `DecodingOptions.validate` (with `check_given`, the same checks on the values given alone) is
 the one validation, whichever front end the values came from.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from ..errors import AiaynError
@@ -149,6 +150,20 @@ class DecodingOptions:
             raise AiaynError(f"must be >= 0, got {self.min_len}", key="min_len")
         if not self.do_sample and self.nbest > self.num_beams:
             raise AiaynError(f"must be between 1 and the beam size ({self.num_beams}), got {self.nbest}", key="nbest")
+
+
+def check_saved_options(model, path_or_hub_id: str) -> None:
+    """A local model folder's generation_config.json holds options that can be decoded with (as
+    `DecodingOptions.from_generation_config` reads them from `model`), or an `AiaynError` naming the
+    file: a saved value is not an option the user gave. Every loader of a model to decode or share
+    asks it, right after `aiayn_cli.model.loading.load_pretrained`."""
+    path = Path(str(path_or_hub_id)).expanduser() / "generation_config.json"
+    if not path.is_file():
+        return
+    try:
+        DecodingOptions.from_generation_config(model.generation_config).validate()
+    except AiaynError as err:
+        raise AiaynError(f"{path}: {err.key or 'a value'} {err.message}") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from ..data.lines import decode_lines
 from ..errors import AiaynError
-from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG, DecodingOptions, Hypothesis
+from .defaults import BATCH_SIZE, MAX_TOKENS, ON_LONG, DecodingOptions, Hypothesis, check_saved_options
 from .engines import Engine, check_engine, make_engine
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,6 +138,7 @@ class Translator:
 
         check_engine(engine)  # a wrong name is refused before the model loads
         model, tokenizer = load_pretrained(path_or_hub_id, revision=revision, key="model")
+        check_saved_options(model, path_or_hub_id)
         check_model(model, tokenizer)
         key = None
         if engine == "ctranslate2" and revision is None and Path(path_or_hub_id).is_dir():

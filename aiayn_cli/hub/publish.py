@@ -75,17 +75,19 @@ def find_beside(model_dir: Path, names: tuple[str, ...]) -> Path | None:
 
 def load_for_staging(model_dir: Path):
     """The model and tokenizer of a folder written by `aiayn train` / `aiayn average` (or any aiayn folder)."""
+    from ..lookup import check_not_a_run_folder
     from ..model import AiaynForConditionalGeneration  # registers the auto classes
-    from .lookup import check_not_a_run_folder
 
     check_not_a_run_folder(model_dir, key=None)
     if not (model_dir / "config.json").is_file():
         raise AiaynError(f"{model_dir}: not a model folder (no config.json)")
     if not any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise AiaynError(f"{model_dir}: no tokenizer files (tokenizer.json); save the tokenizer beside the model")
+    from ..decoding.defaults import check_saved_options
     from ..model.loading import load_pretrained
 
     model, tokenizer = load_pretrained(str(model_dir))
+    check_saved_options(model, model_dir)
     if not isinstance(model, AiaynForConditionalGeneration):
         raise AiaynError(f"{model_dir}: holds a {type(model).__name__}, not an aiayn model")
     if len(tokenizer) != model.config.vocab_size:

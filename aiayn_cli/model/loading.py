@@ -2,7 +2,8 @@
 tokenizer, checked whole (`load_pretrained`); every command that reads a saved model goes through it.
 
 It is not part of the remote code (`configuration_aiayn.py`, `modeling_aiayn.py`): a saved folder
-loads without it, with `transformers` alone.
+loads without it, with `transformers` alone. Whether a generation_config.json's values can be decoded
+with is decoding's question (`aiayn_cli.decoding.defaults.check_saved_options`), asked by its callers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ..errors import AiaynError, first_line
-from ..hub.lookup import check_hub_model
+from ..lookup import check_hub_model
 
 
 def _check_config_values(path: Path, key: str | None) -> None:
@@ -50,13 +51,11 @@ def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str |
     - a damaged model.safetensors; a config.json whose sizes are not those of the weights; weights the
       config expects but the file lacks, or weights it holds that the config does not use;
     - a weight that holds NaN or infinity;
-    - a generation_config.json that cannot be read or decoded with; a tokenizer that cannot be loaded.
+    - a generation_config.json that cannot be read; a tokenizer that cannot be loaded.
     """
     import transformers
     from safetensors import SafetensorError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
-
-    from ..decoding.search import DecodingOptions  # the generation_config is checked as decoding reads it
 
     check_hub_model(str(path_or_hub_id), revision, key=key)
     where = str(path_or_hub_id)
@@ -91,10 +90,6 @@ def load_pretrained(path_or_hub_id: str, revision: str | None = None, key: str |
             GenerationConfig.from_pretrained(folder)
         except (OSError, ValueError) as err:
             raise AiaynError(f"{folder / 'generation_config.json'}: cannot be read ({first_line(err)})") from None
-        try:
-            DecodingOptions.from_generation_config(model.generation_config).validate()
-        except AiaynError as err:
-            raise AiaynError(f"{folder / 'generation_config.json'}: {err.key or 'a value'} {err.message}") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, revision=revision)
     except (OSError, ValueError, KeyError, TypeError) as err:

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import AiaynError
 from .limits import Limits
 from .request_fields import decoding_overrides, request_fields
+from .requests import request_names
 
 SEARCH = ("num_beams", "length_penalty", "length_penalty_style", "max_len_a", "max_len_b")
 AttentionRequest = create_model(
@@ -93,8 +94,6 @@ def install_attention(app: FastAPI, translator, limits: Limits, errors: dict) ->
             options = decoding_overrides(body)
             translator.decoding_options(**options)
         except AiaynError as err:
-            from .app import request_names
-
             raise AiaynError(request_names(err)) from None
         references = [reference] if reference is not None else None
         explanations = await run_in_threadpool(explain, translator, None, [sentence], references, **options)

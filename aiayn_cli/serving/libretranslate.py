@@ -9,7 +9,7 @@
     GET  /languages            [{"code": "en", "name": "English", "targets": ["de"]}, {"code": "de", ...}]
     GET  /frontend/settings    the character limit and the language pair, as LibreTranslate's page reads them
 
-A request is translated as `POST /v1/translate` translates it (`app.translate_request`): the same
+A request is translated as `POST /v1/translate` translates it (`requests.translate_request`): the same
 limits (sentences per request, characters per sentence, body size), the same batcher, the decoding
 defaults of the server. Errors have LibreTranslate's shape and status: `{"error": "one line"}`, 400
 for a bad request (413 for a body over the size limit, as everywhere on the server).
@@ -29,8 +29,8 @@ from pydantic import ValidationError
 
 from ..decoding.translator import Translator
 from ..errors import AiaynError
-from .app import TranslateRequest, error, translate_request
 from .limits import Limits
+from .requests import TranslateRequest, error, translate_request
 
 # The languages' English names, for GET /languages (a code not listed is its own name).
 LANGUAGE_NAMES = {

@@ -181,11 +181,12 @@ def select_in_run_folder(run_dir: Path, last: int, data_dir: str | None = None) 
     its recipe.yaml (validation split, sample, decoding, precision), the newest checkpoint's tokenizer,
     its metrics.jsonl (the learning rates) and its best checkpoint; `data_dir` replaces the recipe's data
     folder (a run trained elsewhere)."""
+    from ..data.tokenization import load_tokenizer
+    from .accelerator import make_accelerator
     from .checkpoint import list_checkpoints
     from .recipe import load_recipe
     from .run_folder import METRICS_FILE, RECIPE_FILE, TrainState
-    from .trainer import load_tokenizer, load_validation, make_accelerator
-    from .validation import evaluate_model
+    from .validation import evaluate_model, load_validation
 
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:

@@ -39,13 +39,13 @@ from torch.utils.data import DataLoader
 
 from .. import allocator
 from ..data.batching import Seq2SeqCollator, TokenBatchSampler
-from ..data.corpus import load_split
 from ..data.prepare import prepare_split
-from ..data.tokenization import tokenize_split
+from ..data.tokenization import load_tokenizer
 from ..data.vocabulary import SPECIAL_IDS, check_tokenizer
-from ..errors import AiaynError, Interrupted, LostProcess, first_line
+from ..errors import Interrupted, LostProcess, first_line
 from ..model.modeling_aiayn import AiaynForConditionalGeneration
-from ..precision import PrecisionChoice, choose_precision
+from ..precision import PrecisionChoice
+from .accelerator import accelerate_precision, make_accelerator, process_state, run_precision
 from .checkpoint import list_checkpoints, load_checkpoint, remove_incomplete
 from .curves import plot_learning_curve, read_metrics
 from .finish import average_last_checkpoints, choose_length_penalty
@@ -61,6 +61,7 @@ from .run_folder import (
     prepare_output_dir,
 )
 from .schedule import build_scheduler
+from .validation import load_validation
 
 
 @dataclass
@@ -315,71 +316,6 @@ def make_optimizer(recipe: TrainRecipe, model, device: torch.device) -> torch.op
     )
 
 
-def make_accelerator(recipe: TrainRecipe, choice: PrecisionChoice | None = None):
-    """One `Accelerator` for the run, in the precision `choice` (default: the recipe's, on this device);
-    `accelerate launch` / `accelerate config` decide the rest."""
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, is_wandb_available
-
-    if "wandb" in recipe.trackers and not is_wandb_available():
-        raise AiaynError("trackers: wandb is not installed (pip install wandb), or leave it out of trackers")
-    project = ProjectConfiguration(project_dir=recipe.output_dir, logging_dir=str(Path(recipe.output_dir) / "logs"))
-    choice = choice or run_precision(recipe)
-    precision = {"mixed_precision": choice.precision} if choice is not None else {}
-    _forget_an_earlier_precision(choice)
-    try:
-        accelerator = Accelerator(
-            log_with=list(recipe.trackers) or None,
-            project_config=project,
-            step_scheduler_with_optimizer=False,
-            **precision,
-        )
-    except ValueError as err:  # e.g. fp16 where the device has none
-        raise AiaynError(f"accelerate: {first_line(err)}") from None
-    if accelerator.mixed_precision == "fp16" and accelerator.scaler is None and accelerator.device.type == "cpu":
-        # accelerate scales an fp16 loss on accelerators only; on a CPU fp16 gradients underflow as they
-        # would on a GPU: the same dynamic loss scaling (before `prepare`, which hands the scaler on)
-        accelerator.scaler, accelerator.native_amp = torch.amp.GradScaler("cpu"), True
-    return accelerator
-
-
-def _forget_an_earlier_precision(choice: PrecisionChoice | None) -> None:
-    """accelerate keeps one precision per process: an earlier run in this process (a notebook, a
-    test session, the quickstart) that chose another one would make `Accelerator()` refuse."""
-    from accelerate.state import AcceleratorState
-
-    if choice is None or not AcceleratorState._shared_state:  # nothing chosen yet in this process
-        return
-    if str(AcceleratorState().mixed_precision) != choice.precision:
-        AcceleratorState._reset_state()
-
-
-def run_precision(recipe: TrainRecipe) -> PrecisionChoice | None:
-    """The recipe's `mixed_precision` on this process's device (`aiayn_cli.precision`); None: accelerate's.
-
-    Training's `auto` on a CUDA GPU without native bf16 (T4, V100) takes fp16 with dynamic loss scaling
-    (`torch.amp.GradScaler`, through accelerate): its tensor cores compute fp16, and fp32 there is
-    several times slower."""
-    if recipe.mixed_precision is None:
-        return None
-    # As `Accelerator()` would: ACCELERATE_USE_CPU=1 (processes on CPUs) must reach the first
-    # PartialState, which every later one shares, or each process thinks it runs alone.
-    device = _process_state().device
-    choice = choose_precision(recipe.mixed_precision, device)
-    if recipe.mixed_precision == "auto" and choice.precision == "no" and torch.device(device).type == "cuda":
-        return PrecisionChoice("fp16", f"{choice.reason}: fp16 with dynamic loss scaling")
-    return choice
-
-
-def accelerate_precision() -> str:
-    """The precision `Accelerator()` takes where the recipe leaves it to accelerate (`mixed_precision:
-    null`): what `accelerate launch` / `accelerate config` put in the environment, else "no" (read as
-    `AcceleratorState` reads it)."""
-    from accelerate.utils import parse_choice_from_env
-
-    return parse_choice_from_env("ACCELERATE_MIXED_PRECISION", "no").lower()
-
-
 def tokenizer_missing(recipe: TrainRecipe) -> bool:
     """Whether the recipe's tokenizer folder does not exist yet and `tokenizer_training` says how to make it."""
     return recipe.tokenizer_training is not None and not Path(recipe.tokenizer).exists()
@@ -395,7 +331,7 @@ def build_missing_tokenizer(recipe: TrainRecipe, show_progress: bool = False) ->
         return False
     from ..data.tokenization import train_tokenizer
 
-    settings, folder, state = recipe.tokenizer_training, Path(recipe.tokenizer), _process_state()
+    settings, folder, state = recipe.tokenizer_training, Path(recipe.tokenizer), process_state()
     with state.local_main_process_first():
         if folder.exists():  # built by this machine's main process meanwhile
             return False
@@ -420,37 +356,16 @@ def build_missing_tokenizer(recipe: TrainRecipe, show_progress: bool = False) ->
     return True
 
 
-def _process_state():
-    """accelerate's state of this process (as `Accelerator()` makes it: ACCELERATE_USE_CPU=1 honoured)."""
-    from accelerate import PartialState
-    from accelerate.utils import parse_flag_from_env
-
-    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-
-
 def _say_data(recipe: TrainRecipe) -> None:
     """One line on stderr (main process): where the training data comes from."""
     from ..data.corpus import describe_source
 
     source = describe_source(recipe.data)
     hint = " (a local folder instead: --data-dir DIR)" if source.startswith("the Hub") else ""
-    if _process_state().is_main_process:
+    if process_state().is_main_process:
         print(
             f"data: {source}, {recipe.data.source_lang} -> {recipe.data.target_lang}{hint}", file=sys.stderr, flush=True
         )
-
-
-def load_tokenizer(path: str):
-    """The tokenizer of `aiayn train-tokenizer` (a folder, or a Hub id)."""
-    from transformers import AutoTokenizer
-
-    from ..hub.lookup import check_local
-
-    check_local(path, key=None, what="tokenizer")  # a missing folder is not a Hub id to look up
-    try:
-        return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, KeyError, TypeError) as err:  # TypeError: a config.json that is no object
-        raise AiaynError(f"cannot load the tokenizer {path}: {first_line(err)}") from None
 
 
 def check_vocabulary(tokenizer, recipe: TrainRecipe) -> int:
@@ -552,41 +467,6 @@ def load_data(recipe: TrainRecipe, tokenizer, accelerator, show_progress: bool =
     )
 
 
-@dataclass
-class Validation:
-    """The validation split of a recipe, as the run validates on it."""
-
-    loader: DataLoader | None  # the whole split, tokenized, this process's shard
-    bleu_sources: list[str]  # the fixed sample decoded for BLEU
-    bleu_references: list[str]
-    sources: list[str]  # the whole split's text
-    references: list[str]
-
-
-def load_validation(recipe: TrainRecipe, tokenizer, accelerator) -> Validation:
-    """The recipe's validation split (empty without one): this process's loader over the whole split, the
-    BLEU sample (`valid_bleu_samples`, drawn with the recipe's seed), the split's text."""
-    if not recipe.valid_split:
-        return Validation(None, [], [], [], [])
-    valid_raw = load_split(recipe.data, recipe.valid_split)
-    valid = tokenize_split(valid_raw, tokenizer)
-    longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
-    valid_sampler = TokenBatchSampler.from_dataset(
-        valid,
-        max(recipe.valid_max_tokens or recipe.max_tokens, longest),
-        shuffle=False,
-        num_replicas=accelerator.num_processes,
-        rank=accelerator.process_index,
-    )
-    loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=Seq2SeqCollator(tokenizer.pad_token_id))
-    indices = range(len(valid_raw))
-    if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
-        indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
-    sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
-    references = [valid_raw[i]["target"] for i in indices] if sources else []
-    return Validation(loader, sources, references, list(valid_raw["source"]), list(valid_raw["target"]))
-
-
 def quiet_libraries() -> None:
     """Only the run's own progress bar and lines: no per-save bars or notes from the libraries."""
     import logging
@@ -622,10 +502,7 @@ __all__ = [
     "tokenizer_missing",
     "check_vocabulary",
     "load_data",
-    "load_tokenizer",
-    "make_accelerator",
     "make_optimizer",
-    "run_precision",
     "micro_batch_seed",
     "prepare_training_data",
     "quiet_libraries",

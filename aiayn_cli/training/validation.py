@@ -1,19 +1,61 @@
 """Validation during training: loss and perplexity over the validation split, BLEU on a fixed sample.
 
-Every process validates its own shard; the sums are reduced over processes, the translations
-gathered, and sacreBLEU is computed once on the detokenized hypotheses against the raw
-references.
+`load_validation` reads the recipe's split: this process's shard of it, and the sample for BLEU. Every
+process validates its own shard; the sums are reduced over processes, the translations gathered, and
+sacreBLEU is computed once on the detokenized hypotheses against the raw references.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
+from torch.utils.data import DataLoader
 
+from ..data.batching import Seq2SeqCollator, TokenBatchSampler
+from ..data.corpus import load_split
+from ..data.tokenization import tokenize_split
 from ..evaluation.scoring import score
 from .loss import batch_loss
+from .recipe import TrainRecipe
+
+
+@dataclass
+class Validation:
+    """The validation split of a recipe, as the run validates on it."""
+
+    loader: DataLoader | None  # the whole split, tokenized, this process's shard
+    bleu_sources: list[str]  # the fixed sample decoded for BLEU
+    bleu_references: list[str]
+    sources: list[str]  # the whole split's text
+    references: list[str]
+
+
+def load_validation(recipe: TrainRecipe, tokenizer, accelerator) -> Validation:
+    """The recipe's validation split (empty without one): this process's loader over the whole split, the
+    BLEU sample (`valid_bleu_samples`, drawn with the recipe's seed), the split's text."""
+    if not recipe.valid_split:
+        return Validation(None, [], [], [], [])
+    valid_raw = load_split(recipe.data, recipe.valid_split)
+    valid = tokenize_split(valid_raw, tokenizer)
+    longest = max(max(valid["src_len"]), max(valid["tgt_len"]))
+    valid_sampler = TokenBatchSampler.from_dataset(
+        valid,
+        max(recipe.valid_max_tokens or recipe.max_tokens, longest),
+        shuffle=False,
+        num_replicas=accelerator.num_processes,
+        rank=accelerator.process_index,
+    )
+    loader = DataLoader(valid, batch_sampler=valid_sampler, collate_fn=Seq2SeqCollator(tokenizer.pad_token_id))
+    indices = range(len(valid_raw))
+    if recipe.valid_bleu_samples is not None and recipe.valid_bleu_samples < len(valid_raw):
+        indices = sorted(random.Random(recipe.seed).sample(indices, recipe.valid_bleu_samples))
+    sources = [valid_raw[i]["source"] for i in indices] if recipe.valid_bleu_samples != 0 else []
+    references = [valid_raw[i]["target"] for i in indices] if sources else []
+    return Validation(loader, sources, references, list(valid_raw["source"]), list(valid_raw["target"]))
 
 
 @torch.no_grad()
@@ -94,4 +136,11 @@ def evaluate_model(
     return metrics
 
 
-__all__ = ["evaluate_model", "translate_sample", "validation_bleu", "validation_loss"]
+__all__ = [
+    "Validation",
+    "evaluate_model",
+    "load_validation",
+    "translate_sample",
+    "validation_bleu",
+    "validation_loss",
+]

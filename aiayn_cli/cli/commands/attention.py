@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
-from ...hub.lookup import check_hub_model
+from ...lookup import check_hub_model
 from .. import options
 
 NARROW = "Narrowing and merging"

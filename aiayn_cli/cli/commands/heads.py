@@ -9,7 +9,7 @@ import typer
 
 from ...data.spec import DataSpec
 from ...errors import AiaynError
-from ...hub.lookup import check_hub_model
+from ...lookup import check_hub_model
 from .. import options
 
 MEASURE = "Measurement"

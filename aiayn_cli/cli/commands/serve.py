@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
-from ...hub.lookup import check_hub_model
+from ...lookup import check_hub_model
 from ...precision import inference_precision
 from ...serving.limits import Limits
 from .. import options

@@ -14,7 +14,7 @@ import typer
 from ...decoding.defaults import BATCH_SIZE, MAX_TOKENS
 from ...errors import AiaynError
 from ...files import STDOUT, check_output_file, node_kind, open_output
-from ...hub.lookup import check_hub_model
+from ...lookup import check_hub_model
 from ...precision import inference_precision
 from .. import options
 

@@ -5,6 +5,9 @@ minute when the Hub cannot be reached, and then says it could not connect: for `
 before `runs/` exists, a user waits and reads a Hub error about a folder. One metadata request
 (`HfApi.model_info`, no retries) answers at once whether the name is a Hub model, and the error
 names the folder that does not exist.
+
+The commands ask before the libraries load, the loader (`aiayn_cli.model.loading`) and training (a
+tokenizer's folder) again: it imports nothing of the project but `errors`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from ..errors import AiaynError, first_line
+from .errors import AiaynError, first_line
 
 
 @functools.cache  # translate asks before the libraries load, the loader again: one request

@@ -1,0 +1,104 @@
+"""A translation request to `aiayn serve`, whichever API it comes by: the schema of `POST /v1/translate`
+(`TranslateRequest`, one field per decoding option: `request_fields.py`), its checks against the
+server's limits, its decoding by the app's batcher (`translate_request`), and its errors in the
+request's own names (`request_names`), as one line of JSON (`error`).
+
+`app.py` (`/v1/translate`), `libretranslate.py` (LibreTranslate's `/translate`) and `attention.py`
+(`/v1/attention`, its errors) take them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ..decoding.defaults import ON_LONG
+from ..decoding.translator import Translator
+from ..errors import AiaynError
+from .limits import Limits
+from .request_fields import REQUEST_FIELDS, request_fields
+from .request_fields import decoding_overrides as request_decoding
+
+
+def request_schema() -> type[BaseModel]:
+    """`TranslateRequest`, generated from `DecodingOptions` (`request_fields`): one field per option."""
+    fields: dict = {
+        "text": (str | list[str], Field(description="A sentence, or a list of sentences (one translation each)."))
+    }
+    fields.update(request_fields())
+    fields["alignment"] = (bool, Field(False, description="Word alignments (not available in this version: 422)."))
+    fields["on_long"] = (Literal[ON_LONG], Field("truncate", description="An input longer than the model's limit."))
+    return create_model(
+        "TranslateRequest",
+        __config__=ConfigDict(extra="forbid", strict=True),  # "beam": "4" or true is refused, not read as 4 or 1
+        __doc__="The options of `aiayn translate`; those left out take the model's generation_config values "
+        "(types strict: a number may be an integer, nothing else stands for another type).",
+        **fields,
+    )
+
+
+TranslateRequest = request_schema()
+
+
+def decoding_overrides(request: BaseModel) -> dict:
+    """The `Translator.translate_nbest` options of a request, as `aiayn translate` builds them."""
+    return {**request_decoding(request), "on_long": request.on_long}
+
+
+async def translate_request(
+    body: TranslateRequest, request: Request, translator: Translator, limits: Limits, field: str = "text"
+) -> list[list[tuple[str, float]]]:
+    """Each sentence's hypotheses for a checked request, decoded by the app's batcher; `AiaynError`
+    (in the request's names: `field` holds the sentences) for a request that breaks a limit or asks
+    for what cannot be decoded."""
+    sentences = check_sentences(body, limits, field)
+    try:
+        options = decoding_overrides(body)
+        on_long = options.pop("on_long")
+        translator.decoding_options(**options)
+        ids = translator.encode(sentences, on_long=on_long, source=f"{field} item", first_line=0)
+    except AiaynError as err:  # in the request's own names
+        raise AiaynError(request_names(err, field)) from None
+    tokens = sum(len(x) for x in ids if x is not None)
+    return await request.app.state.batcher.translate(sentences, tokens, {**options, "on_long": on_long})
+
+
+def check_sentences(body: TranslateRequest, limits: Limits, field: str = "text") -> list[str]:
+    """The request's sentences, or `AiaynError` (422) naming the limit it breaks (`field`: the request's
+    name for the sentences)."""
+    if body.alignment:
+        raise AiaynError("alignment: word alignments are not available in this version")
+    sentences = [body.text] if isinstance(body.text, str) else list(body.text)
+    if len(sentences) > limits.max_sentences:
+        raise AiaynError(f"{field}: {len(sentences)} sentences, more than the limit of {limits.max_sentences}")
+    for i, sentence in enumerate(sentences):
+        if len(sentence) > limits.max_chars:
+            raise AiaynError(f"{field} item {i}: {len(sentence)} characters, more than the limit of {limits.max_chars}")
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            raise AiaynError(f"{field} item {i}: not valid Unicode (a lone surrogate escape)") from None
+    return sentences
+
+
+def request_names(err: AiaynError, field: str = "text") -> str:
+    """A library error in the names of the request's fields."""
+    return err.render(lambda key: REQUEST_FIELDS.get(key, key)).replace(f"{field} item line ", f"{field} item ")
+
+
+def error(status: int, message: str) -> JSONResponse:
+    """The server's one shape of error, whichever API answers: `{"error": "one line"}` with `status`."""
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status)
+
+
+__all__ = [
+    "TranslateRequest",
+    "check_sentences",
+    "decoding_overrides",
+    "error",
+    "request_names",
+    "translate_request",
+]
