@@ -42,7 +42,7 @@ import xxhash
 from ..errors import AiaynError, first_line
 from .cleaning import CleaningReport, clean_chunks, concat_chunks, finish_cleaning, limits, new_report
 from .spec import DataSpec, PairStream, file_format
-from .text_files import file_digest, jsonl_chunks, text_pair_chunks, tsv_chunks
+from .text_files import file_digest, jsonl_chunks, refuse_streams, text_pair_chunks, tsv_chunks
 
 # Names a split is also found under, first the canonical one.
 SPLIT_ALIASES: dict[str, tuple[str, ...]] = {
@@ -98,8 +98,21 @@ def open_pairs(spec: DataSpec, split: str) -> PairStream:
         chunks = tsv_chunks(paths[0], *_tsv_columns(paths[0], spec), hasher=hashers[0])
     else:
         chunks = _jsonl_pairs(paths[0], spec, hashers[0])
-    origin = ", ".join(str(path) for path in paths)
-    return PairStream(origin, chunks, lambda: _local_fingerprint(fmt, [h.digest() for h in hashers], spec))
+    return PairStream(_origin(paths), chunks, lambda: _local_fingerprint(fmt, [h.digest() for h in hashers], spec))
+
+
+def split_origin(spec: DataSpec, split: str) -> str:
+    """What `open_pairs(spec, split).origin` names (the files, or the dataset), without opening anything."""
+    spec.validate()
+    return _hub_origin(spec) if spec.dataset else _origin(_local_files(spec, split)[1])
+
+
+def _origin(paths: list[Path]) -> str:
+    return ", ".join(str(path) for path in paths)
+
+
+def _hub_origin(spec: DataSpec) -> str:
+    return str(spec.dataset) + (f" ({spec.dataset_config})" if spec.dataset_config else "")
 
 
 def split_files(spec: DataSpec, split: str) -> list[Path]:
@@ -117,6 +130,7 @@ def data_fingerprint(spec: DataSpec, split: str, identity_file: Path | None = No
     fmt, paths = _local_files(spec, split)
     if fmt == "tsv":
         _tsv_columns(paths[0], spec)
+    refuse_streams(paths)  # all of them before any is hashed (and its identity written)
     digests = [file_digest(path, identity_file) for path in paths]
     return cleaned_fingerprint(_local_fingerprint(fmt, digests, spec), spec)
 
@@ -140,8 +154,7 @@ def _local_fingerprint(fmt: str, digests: list[bytes], spec: DataSpec) -> str:
 
 
 def _hub_stream(spec: DataSpec, split: str) -> PairStream:
-    name = str(spec.dataset)
-    origin = name + (f" ({spec.dataset_config})" if spec.dataset_config else "")
+    name, origin = str(spec.dataset), _hub_origin(spec)
     path = Path(name)
     if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
         try:
@@ -398,4 +411,5 @@ __all__ = [
     "open_pairs",
     "split_candidates",
     "split_files",
+    "split_origin",
 ]

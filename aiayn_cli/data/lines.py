@@ -10,7 +10,10 @@ Every command that reads sentences from a file reads them here, with the same ru
   replaced by U+FFFD, with the line numbers passed to `on_invalid` (`errors="replace"`);
 - a UTF-16 or UTF-32 text (a byte-order mark of theirs at the start, or without one, NUL bytes between
   its characters) raises `AiaynError` either way, and so does any NUL byte (naming the file and line):
-  text holds none, and a NUL would become a token of the vocabulary.
+  text holds none, and a NUL would become a token of the vocabulary;
+- a line longer than `MAX_LINE_BYTES` raises `AiaynError` too: no sentence is that long, and a file
+  that never ends a line (a device such as `/dev/zero`, a binary file) is refused within a bounded read
+  instead of being read forever. A NUL byte is found as soon as its block is read, newline or not.
 
 `iter_line_chunks` yields the lines as Arrow string arrays of a few million lines at most, built
 straight from the file's bytes (numpy finds the newlines; no Python string per line), so that a
@@ -23,6 +26,7 @@ import codecs
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +36,8 @@ from ..errors import AiaynError
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 26  # 64 MiB of text per chunk
+SNIFF_BYTES = 8192  # what a stream's first look for a binary file reads (as `grep` and `git` look)
+MAX_LINE_BYTES = 1 << 24  # 16 MiB: a longer line is no sentence (the cleaning steps drop far shorter ones)
 
 
 def open_text(path: str | Path):
@@ -85,13 +91,13 @@ def iter_line_chunks(
                     yield _lines(data, path, first_line, errors, on_invalid, final=True)
                 return
             cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                carry = data
-                continue
-            carry = data[cut:]
-            lines = _lines(data[:cut], path, first_line, errors, on_invalid, final=False)
-            first_line += len(lines)
-            yield lines
+            lines = _lines(data[:cut], path, first_line, errors, on_invalid, final=False) if cut else None
+            first_line += len(lines) if lines is not None else 0
+            carry = data[cut:]  # the next line, without its end yet: refused now if it never could be text
+            _refuse_nul_in(carry, path, first_line)
+            _refuse_long(len(carry), path, first_line)
+            if lines is not None:
+                yield lines
 
 
 def read_lines(
@@ -104,16 +110,24 @@ def read_lines(
     return lines
 
 
-def decode_lines(raw_lines: Iterable[bytes], source: str = "input") -> Iterator[str]:
-    """Text lines from a stream of binary ones (standard input, read as it arrives), by the rules of this
-    module with `errors="replace"`: a trailing "\\r" and a first-line byte-order mark are dropped; invalid
-    UTF-8 is replaced by U+FFFD, with a warning that names the line."""
+def decode_lines(raw_lines: BinaryIO | Iterable[bytes], source: str = "input") -> Iterator[str]:
+    """Text lines from a binary stream (a file, standard input, read as it arrives) or an iterable of
+    binary lines, by the rules of this module with `errors="replace"`: a trailing "\\r" and a first-line
+    byte-order mark are dropped; invalid UTF-8 is replaced by U+FFFD, with a warning that names the line.
+    A stream is read `MAX_LINE_BYTES` at most at a time, so that one without newlines is refused, and
+    its first bytes are looked at before any line is decoded: a binary file is refused in one line,
+    before a warning for each of its lines."""
+    if hasattr(raw_lines, "readline"):
+        stream = raw_lines
+        if hasattr(stream, "peek"):  # a buffered stream: its first block, without consuming it
+            _refuse_binary(stream.peek(SNIFF_BYTES)[:SNIFF_BYTES], source)
+        raw_lines = iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b"")
     for number, raw in enumerate(raw_lines, 1):
         if number == 1:
             _refuse_utf16(raw, source)
             _refuse_bomless_utf16(raw, source)
-        if b"\0" in raw:
-            _refuse_nul(source, number, raw.index(b"\0") + 1)
+        _refuse_nul_in(raw, source, number)
+        _refuse_long(len(raw) - raw.endswith(b"\n"), source, number)
         raw = raw[:-1] if raw.endswith(b"\n") else raw
         raw = raw[:-1] if raw.endswith(b"\r") else raw
         try:
@@ -157,6 +171,28 @@ def _refuse_nul(source, line: int, byte: int) -> None:
     raise AiaynError(f"{source}:{line}: a NUL byte (byte {byte} of the line): text holds none; is it a binary file?")
 
 
+def _refuse_binary(start: bytes, source) -> None:
+    """The first bytes of a text: UTF-16 or UTF-32 (said as such), else any NUL byte, by its line."""
+    _refuse_utf16(start, source)
+    _refuse_bomless_utf16(start, source)
+    at = start.find(b"\0")
+    if at >= 0:
+        _refuse_nul(source, start.count(b"\n", 0, at) + 1, at - start.rfind(b"\n", 0, at))
+
+
+def _refuse_nul_in(line: bytes, source, number: int) -> None:
+    """`line` is (the start of) line `number`: refused if it holds a NUL byte."""
+    at = line.find(b"\0")
+    if at >= 0:
+        _refuse_nul(source, number, at + 1)
+
+
+def _refuse_long(length: int, source, number: int) -> None:
+    if length > MAX_LINE_BYTES:
+        limit = f"{MAX_LINE_BYTES >> 20} MiB" if MAX_LINE_BYTES % (1 << 20) == 0 else f"{MAX_LINE_BYTES:,} bytes"
+        raise AiaynError(f"{source}:{number}: a line longer than {limit}; is it a text file (one sentence per line)?")
+
+
 def _lines(data: bytes, path: Path, first_line: int, errors: str, on_invalid, final: bool) -> pa.Array:
     """The lines of `data` (whole lines, each ending in `\\n` unless `final`) as an Arrow string array."""
     raw = np.frombuffer(data, dtype=np.uint8)
@@ -169,6 +205,10 @@ def _lines(data: bytes, path: Path, first_line: int, errors: str, on_invalid, fi
     if len(nul):
         index = int(np.searchsorted(starts, nul[0], side="right")) - 1
         _refuse_nul(path, first_line + index, int(nul[0] - starts[index]) + 1)
+    lengths = ends - starts  # (lines,) bytes before each `\n`
+    if len(lengths) and int(lengths.max()) > MAX_LINE_BYTES:
+        index = int(np.flatnonzero(lengths > MAX_LINE_BYTES)[0])
+        _refuse_long(int(lengths[index]), path, first_line + index)
     # Drop each line's ending: its `\n` and a `\r` before it. (A final line has no `\n`.)
     has_newline = np.ones(len(ends), dtype=bool)
     if final:
@@ -223,4 +263,4 @@ def _invalid_utf8(data: bytes, starts: np.ndarray, path: Path, first_line: int, 
     return pa.array([line[:-1] if line.endswith("\r") else line for line in lines], pa.string())
 
 
-__all__ = ["CHUNK_BYTES", "iter_line_chunks", "open_text", "read_lines"]
+__all__ = ["CHUNK_BYTES", "MAX_LINE_BYTES", "decode_lines", "iter_line_chunks", "open_text", "read_lines"]

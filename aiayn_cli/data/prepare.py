@@ -25,7 +25,7 @@ import errno
 import json
 import os
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import datasets
@@ -43,6 +43,7 @@ from .corpus import (
     finish_cleaning,
     new_report,
     open_pairs,
+    split_origin,
 )
 from .tokenization import tokenize_split
 
@@ -96,7 +97,7 @@ def prepare_split(
     )
     folder = cache_dir / f"{split}-{key}"
     if (folder / MANIFEST).is_file():
-        return _open(folder, from_cache=True)
+        return _open(folder, from_cache=True, origin=split_origin(spec, split))
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -107,7 +108,7 @@ def prepare_split(
             _build(spec, split, fingerprint, tokenizer, max_length, num_proc, staging, show_progress)
     except OSError as err:
         if (folder / MANIFEST).is_file():  # the same race, lost at the rename
-            return _open(folder, from_cache=True)
+            return _open(folder, from_cache=True, origin=split_origin(spec, split))
         if err.errno == errno.ENOSPC:
             raise AiaynError(
                 f"{cache_dir}: no space left on the disk while preparing {split}; nothing was kept "
@@ -182,12 +183,15 @@ def _write(tables, path: Path) -> None:
         writer.close()
 
 
-def _open(folder: Path, from_cache: bool) -> PreparedSplit:
+def _open(folder: Path, from_cache: bool, origin: str | None = None) -> PreparedSplit:
+    """The prepared split in `folder`; `origin` names this run's files in its report (the same data may
+    have been prepared from other files, by another run: their names are in the manifest)."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         parts = [datasets.Dataset.from_file(str(folder / name)) for name in manifest["files"]]
         dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
         report = CleaningReport(**manifest["report"])
+        report = replace(report, origin=origin) if origin is not None else report
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowInvalid) as err:
         raise AiaynError(
             f"{folder}: the prepared data is damaged ({err}); delete the folder to prepare it again"

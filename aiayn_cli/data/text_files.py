@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from ..errors import AiaynError
-from ..files import atomic_open
+from ..files import atomic_open, node_kind
 from .lines import CHUNK_BYTES, iter_line_chunks
 
 
@@ -129,6 +129,7 @@ def file_digest(path: Path, identity_file: Path | None = None) -> bytes:
         stat = path.stat()
     except FileNotFoundError:
         raise AiaynError(f"{path}: no such file") from None
+    refuse_streams([path])
     identity = [stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev]
     key = str(path.resolve())
     known = _read_identities(identity_file)
@@ -151,6 +152,15 @@ def file_digest(path: Path, identity_file: Path | None = None) -> bytes:
     return digest
 
 
+def refuse_streams(paths: list[Path]) -> None:
+    """`AiaynError` for the first of `paths` that is a device or a pipe (not a file or folder): data that is
+    fingerprinted before it is read must be read twice, and a device may never end (`/dev/zero`)."""
+    for path in paths:
+        kind = node_kind(path)
+        if kind not in ("file", "folder", "missing"):
+            raise AiaynError(f"{path}: is a {kind}, not a text file (data is read twice: fingerprinted, then prepared)")
+
+
 def _read_identities(identity_file: Path | None) -> dict:
     if identity_file is None:
         return {}
@@ -160,4 +170,4 @@ def _read_identities(identity_file: Path | None) -> dict:
         return {}  # absent or damaged: every file is hashed again
 
 
-__all__ = ["file_digest", "jsonl_chunks", "text_pair_chunks", "tsv_chunks"]
+__all__ = ["file_digest", "jsonl_chunks", "refuse_streams", "text_pair_chunks", "tsv_chunks"]

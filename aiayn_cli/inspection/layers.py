@@ -187,10 +187,11 @@ def alignment_file(spec, split: str) -> Path | None:
 def alignment_by_layer(model, tokenizer, align_path: Path, source_lang: str, target_lang: str, size: int | None):
     """AER of each decoder layer's encoder-decoder attention (heads averaged, the predicting position) and
     of the diagonal, on the first `size` pairs beside `align_path` ({name}.{lang} and {name}.align)."""
+    from ..data.lines import read_lines
     from .alignment import measure
 
     def read(suffix: str) -> list[str]:
-        lines = align_path.with_suffix(f".{suffix}").read_text(encoding="utf-8").splitlines()
+        lines = read_lines(align_path.with_suffix(f".{suffix}"))
         return lines[:size] if size is not None else lines
 
     sources, references, gold = read(source_lang), read(target_lang), read("align")

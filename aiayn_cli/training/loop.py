@@ -187,7 +187,9 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
     if stopped_by:
         return LoopEnd(stopped_by)  # a resumed run that had already finished
     guard = NonFiniteGuard(ctx.accelerator, ctx.optimizer, kept=lambda: last_good_checkpoint(ctx.output))
-    signals = StopSignals(step=lambda: state.step + 1, on_abort=lambda: remove_partial_checkpoint(ctx))
+    signals = StopSignals(
+        step=lambda: state.step + 1, on_abort=lambda: remove_partial_checkpoint(ctx), kept=lambda: kept_checkpoint(ctx)
+    )
     bar = tqdm(
         total=total_steps(ctx),
         initial=state.step,
@@ -473,6 +475,14 @@ def remove_partial_checkpoint(ctx) -> None:
     if ctx.accelerator.is_main_process:
         for path in ctx.output.glob("checkpoint-*.tmp"):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def kept_checkpoint(ctx) -> str:
+    """What a run stopped at once by a second signal resumes from, for its message."""
+    checkpoints = list_checkpoints(ctx.output)
+    if not checkpoints:
+        return "no checkpoint was written: the same command starts the run again"
+    return f"the last complete checkpoint is {checkpoints[-1]}: the same command resumes from it"
 
 
 def _every(step: int, interval: int | None) -> bool:
