@@ -612,6 +612,37 @@ def test_attention_implementations_give_the_same_numbers_and_eager_the_weights()
     assert weights[1, :, :, 4:].abs().max() == 0  # the padded source positions of the second sentence
 
 
+def _eager_and_flex(run):
+    """`run(model)` with `attn_implementation="eager"`, then "flex_attention" (PyTorch's flex attention through
+    transformers, which compiles it on its first call, on a CPU too: some ten seconds for each new shape)."""
+    torch.manual_seed(0)
+    model = tiny_model().eval()
+    outputs = []
+    with torch.no_grad():
+        for implementation in ("eager", "flex_attention"):
+            model.set_attn_implementation(implementation)
+            outputs.append(run(model))
+    attention = model.model.decoder.layers[0].cross_attn
+    assert attention._attention_function(torch.zeros(1, 4, 2, 16), False) is modeling.flex_attention_forward
+    return outputs
+
+
+def test_flex_attention_gives_eager_numbers():
+    """Flex attention agrees with eager to 1e-5 in fp32, with padding and the causal mask."""
+    ids, mask = random_batch([7, 4, 6])
+    eager, flex = _eager_and_flex(lambda model: model(ids, attention_mask=mask, decoder_input_ids=ids[:, :5]).logits)
+    torch.testing.assert_close(flex, eager, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_flex_attention_gives_eager_beams():
+    """Beam search with its cache (each sentence's beams query its encoder keys together) gives eager's tokens."""
+    ids, mask = random_batch([7, 4, 6])
+    search = {"attention_mask": mask, "num_beams": 2, "max_new_tokens": 4, "min_new_tokens": 4}
+    eager, flex = _eager_and_flex(lambda model: model.generate(ids, **search))
+    assert torch.equal(flex, eager)
+
+
 def test_gradient_checkpointing_gives_the_same_gradients():
     """`gradient_checkpointing_enable()`: the layers' activations recomputed in backward, dropout included (the
     random state is replayed), so the gradients equal those without checkpointing (fp32, to 1e-6)."""

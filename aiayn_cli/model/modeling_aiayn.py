@@ -41,9 +41,12 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import is_torchdynamo_compiling
+from transformers.utils import is_torch_flex_attn_available, is_torchdynamo_compiling
 
 from .configuration_aiayn import AiaynConfig
+
+if is_torch_flex_attn_available():
+    from torch.nn.attention.flex_attention import create_block_mask
 
 # ---------------------------------------------------------------------------------------------
 # 5.4 Regularization: Residual Dropout
@@ -147,6 +150,32 @@ def eager_attention_forward(
     return heads.transpose(1, 2), weights
 
 
+def flex_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Equation (1) on PyTorch's flex attention, through transformers' (`attn_implementation="flex_attention"`).
+
+    The boolean mask becomes the `BlockMask` flex attention reads, as transformers' own models make theirs
+    (`masking_utils`): query i may attend to key j where the mask, broadcast to `(B, 1, T_q, T_k)`, says so.
+    transformers compiles flex attention (`torch.compile`) on its first call, on a CPU too. A query that may
+    attend to no key (none here but a padded target position) gets zeros, where eager gives uniform weights.
+    """
+    if attention_mask is not None:
+        batch, queries, keys = query.size(0), query.size(2), key.size(2)
+        allowed = attention_mask.expand(batch, 1, queries, keys)
+
+        def may_attend(b, h, q, k):
+            return allowed[b, 0, q, k]
+
+        attention_mask = create_block_mask(may_attend, batch, None, queries, keys, device=query.device)
+    return ALL_ATTENTION_FUNCTIONS["flex_attention"](module, query, key, value, attention_mask, **kwargs)
+
+
 # ---------------------------------------------------------------------------------------------
 # 3.2.2 Multi-Head Attention
 #
@@ -246,6 +275,8 @@ class MultiHeadAttention(nn.Module):
             return eager_attention_forward
         if implementation == "sdpa" and _written_out_is_faster(query):
             return eager_attention_forward
+        if implementation == "flex_attention":
+            return flex_attention_forward
         return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
 
@@ -686,6 +717,7 @@ class AiaynPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
