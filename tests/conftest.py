@@ -39,7 +39,7 @@ def _seed_and_threads():
     yield
 
 
-# transformers' common test files are mixins that tests/test_transformers_common.py runs, not tests of their own
+# transformers' common test files are mixins that tests/model/test_transformers_common.py runs, not tests of their own
 collect_ignore = ["transformers_common"]
 
 

@@ -184,7 +184,7 @@ def test_generate_still_works_for_hugging_face_users(model_dir):
 
 
 @pytest.mark.slow  # 1,000 lines through a new process; the default tier streams stdin in
-# test_stdin_is_streamed_line_by_line and reads hostile files in process (tests/test_lines.py)
+# test_stdin_is_streamed_line_by_line and reads hostile files in process (tests/data/test_lines.py)
 def test_stdin_1000_hostile_lines(model_dir):
     """Point 2: 1,000 lines in, 1,000 lines out, no crash, warnings on stderr only."""
     rng = random.Random(3)

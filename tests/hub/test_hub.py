@@ -116,7 +116,7 @@ def test_model_card_metadata_parses(run_dir, tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow  # a new Python process; the default tier loads a saved folder without the package in
-# tests/test_modeling.py::test_loads_and_generates_without_the_package
+# tests/model/test_modeling.py::test_loads_and_generates_without_the_package
 def test_dry_run_folder_loads_and_translates_without_the_package(run_dir, tmp_path):
     out = tmp_path / "staged"
     assert (

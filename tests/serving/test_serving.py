@@ -53,7 +53,7 @@ def as_pairs(answer: dict) -> list[list[tuple[str, float]]]:
 
 def assert_same(got: list[list[tuple[str, float]]], want: list[list[tuple[str, float]]]) -> None:
     """The same hypotheses in the same order; scores equal up to float rounding (a batch pads and
-    shapes its matrix products differently, as in tests/test_translate.py)."""
+    shapes its matrix products differently, as in tests/decoding/test_translate.py)."""
     assert [[text for text, _ in hyps] for hyps in got] == [[text for text, _ in hyps] for hyps in want]
     for got_hyps, want_hyps in zip(got, want):
         assert [score for _, score in got_hyps] == pytest.approx([score for _, score in want_hyps], abs=1e-4)

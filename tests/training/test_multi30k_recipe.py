@@ -1,6 +1,6 @@
 """`recipes/multi30k_en_de.yaml` trains on a 2-core CPU to >= 35 sacreBLEU on test2016 en->de within 60
 minutes of training, and writes its results file. About 65 minutes, by hand:
-`python -m pytest -m long tests/test_multi30k_recipe.py -s`."""
+`python -m pytest -m long tests/training/test_multi30k_recipe.py -s`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_multi30k_recipe_reaches_35_bleu_in_an_hour(multi30k_dir, tmp_path):
     --model` on test2016; writes `benchmarks/results/multi30k_en_de.<machine>.json`."""
     from benchmarks.results import Recorder
 
-    recorder = Recorder("multi30k_en_de", "python -m pytest -m long tests/test_multi30k_recipe.py")
+    recorder = Recorder("multi30k_en_de", "python -m pytest -m long tests/training/test_multi30k_recipe.py")
     env = cli_env(HF_DATASETS_CACHE=str(tmp_path / "cache"))
     start = time.monotonic()
     result = run_cli(

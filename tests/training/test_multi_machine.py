@@ -3,7 +3,7 @@ rendezvous on 127.0.0.1, as two machines would run them) train the same weights 
 `--update-freq 2`; when one of the two processes is killed (kill -9), the other stops within a minute with one line that says how
 to resume, leaving only whole checkpoints, and the same two commands again give the uninterrupted run's weights.
 A process that hangs instead (SIGSTOP: its connections stay open, as a lost GPU process's NCCL peers see it) is
-the heartbeat's case: `gpu_check.py --smoke` (tests/test_gpu_check.py) stops one that way.
+the heartbeat's case: `gpu_check.py --smoke` (tests/project/test_gpu_check.py) stops one that way.
 
 All runs are fp32 on every CPU (`--precision fp32`), with dropout on: every batch's dropout masks
 are seeded from (seed, step, its index in the global batch), so the runs agree to float rounding.
