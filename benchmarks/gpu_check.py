@@ -56,7 +56,7 @@ PARTS = ("environment", "tests", "multi30k", "throughput", "host", "decoding", "
 # ~20 s each (12 tiny steps; CUDA's start included), one `accelerate launch`, translations, collection.
 # multi30k: its training process took 353 s of 5 minutes' training on an H100 (the part 404 s).
 LIMITS = {"environment": 60, "tests": 200, "multi30k": 480, "throughput": 240, "host": 150, "decoding": 150, "lost": 90}
-GPU_TESTS = ("tests/project/test_gpu.py", "tests/decoding/test_decoding.py")
+GPU_TESTS = ("tests/training/test_gpu.py", "tests/decoding/test_decoding.py")
 MODULES = ("datasets", "evaluate", "pydantic", "sacremoses", "xxhash", "pytest")  # what the bundle brings
 
 
@@ -439,7 +439,7 @@ def part_lost(check: Check, limit: float) -> dict:
 
 def _dictionary_task(folder: Path) -> Path:
     sys.path.insert(0, str(REPO / "tests"))
-    from test_training import write_dictionary_task
+    from training_task import write_dictionary_task
 
     return write_dictionary_task(folder, n_train=800, n_valid=16)
 

@@ -1,12 +1,12 @@
 """Absurd sizes, wrong types and hostile strings (issue rows 6 to 9): each is one `error:` line naming the
-option or file, a non-zero exit, no traceback, and nothing written. In process (`cli_here`), a tiny model."""
+option or file, a non-zero exit, no traceback, and nothing written. In process (`run_cli(..., capsys=capsys)`), a tiny model."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from helpers import cli_here, save_tiny_model
+from helpers import run_cli, save_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def one_error_line(code: int, err: str) -> str:
 def test_absurd_decoding_sizes_are_refused_with_the_limit(monkeypatch, capsys, model, args, said):
     """The issue's row 6: --threads 1000000 crashed the process (and starved the machine of threads),
     --beam 1000000 asked for 29 GB, --beam 10^20 overflowed."""
-    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", model, *args, "w5 w6")
+    code, out, err = run_cli("translate", "-m", model, *args, "w5 w6", capsys=capsys)
     assert said in one_error_line(code, err) and out == ""
 
 
@@ -50,7 +50,7 @@ def test_a_model_too_large_for_memory_is_refused_before_anything_is_built(monkey
     """The issue's row 6: --set model.d_ff=1000000000 asked for 256 GB; the estimate names the numbers."""
     out = tmp_path / "run"
     args = ["train", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--output-dir", out]
-    code, _, err = cli_here(monkeypatch, capsys, *args, "--set", "model.d_ff=1000000000")
+    code, _, err = run_cli(*args, "--set", "model.d_ff=1000000000", capsys=capsys)
     line = one_error_line(code, err)
     assert line.startswith("error: --set model.d_ff: a model of ") and "GiB to train" in line, line
     assert not out.exists()
@@ -68,7 +68,7 @@ def test_a_sentence_argument_with_a_byte_that_is_not_utf8(monkeypatch, capsys, t
     """The issue's row 7: `aiayn translate $'w5 \\xff'` ended in the tokenizer's TypeError."""
     sentence = b"w5 \xff w6".decode("utf-8", "surrogateescape")  # as Python hands over such an argument
     args = [sentence if a == "SENT" else tmp_path / "out" if a == "OUT" else a for a in args]
-    code, out, err = cli_here(monkeypatch, capsys, command, "-m", model, *args)
+    code, out, err = run_cli(command, "-m", model, *args, capsys=capsys)
     assert "not valid UTF-8 (byte 0xff in w5 \\xff w6)" in one_error_line(code, err) and out == ""
     assert not (tmp_path / "out").exists()
 
@@ -99,7 +99,7 @@ def test_a_model_folder_of_wrong_values_is_named(monkeypatch, capsys, tmp_path, 
     damaged = shutil.copytree(model, tmp_path / "model")
     values = json.loads((damaged / file).read_text())
     (damaged / file).write_text(json.dumps({**values, **change}))
-    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", damaged, "w5 w6")
+    code, out, err = run_cli("translate", "-m", damaged, "w5 w6", capsys=capsys)
     assert said in one_error_line(code, err) and out == ""
 
 
@@ -120,7 +120,7 @@ def test_recipes_and_sets_that_cannot_be_keys(monkeypatch, capsys, tmp_path, dat
         recipe.write_text(recipe_text)
     out = tmp_path / "run"
     args = ["train", recipe, "--data-dir", data, "-s", "en", "-t", "de", "--output-dir", out, *sets]
-    code, _, err = cli_here(monkeypatch, capsys, *args)
+    code, _, err = run_cli(*args, capsys=capsys)
     assert said in one_error_line(code, err)
     assert not out.exists()
 
@@ -128,7 +128,7 @@ def test_recipes_and_sets_that_cannot_be_keys(monkeypatch, capsys, tmp_path, dat
 def test_prepare_names_its_own_flag(monkeypatch, capsys, tmp_path, data, model):
     """The issue's row 9: `prepare --num-proc 0` was reported as `--set num_proc`."""
     args = ["prepare", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--tokenizer", model, "--num-proc", "0"]
-    code, _, err = cli_here(monkeypatch, capsys, *args, "--cache-dir", tmp_path / "cache")
+    code, _, err = run_cli(*args, "--cache-dir", tmp_path / "cache", capsys=capsys)
     assert one_error_line(code, err) == "error: --num-proc must be greater than 0, got 0"
 
 
@@ -148,7 +148,7 @@ def test_a_model_name_with_control_characters_is_one_line(monkeypatch, capsys, t
     """Found by the sweep: a tab and a carriage return in `--model` were the Hub library's traceback
     (online), or a line cut in two by the carriage return."""
     args = [command, "-m", "w5\tw6\rw7", "-o", tmp_path / "out"] + (["w5"] if command == "translate" else [])
-    code, _, err = cli_here(monkeypatch, capsys, *args)
+    code, _, err = run_cli(*args, capsys=capsys)
     assert "w6\\rw7" in one_error_line(code, err)
 
 
@@ -156,6 +156,6 @@ def test_a_run_folder_named_with_a_byte_that_is_not_utf8(monkeypatch, capsys, tm
     """Found by the sweep: `train --output-dir` so named trained, then ended in a traceback writing the name."""
     out = tmp_path / b"run\xff".decode("utf-8", "surrogateescape")
     args = ["train", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--output-dir", out]
-    code, _, err = cli_here(monkeypatch, capsys, *args)
+    code, _, err = run_cli(*args, capsys=capsys)
     assert "--output-dir holds a byte that is not UTF-8" in one_error_line(code, err)
     assert not out.exists()

@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from helpers import cli_here, run_cli
+from helpers import run_cli
 
 from aiayn_cli import __version__
 
@@ -40,11 +40,11 @@ def test_library_errors_name_keys_and_the_cli_names_flags(tmp_path, monkeypatch,
     with pytest.raises(AiaynError) as error:
         DataSpec(dataset="wmt14", data_dir=str(tmp_path), source_lang="en", target_lang="de").validate()
     assert str(error.value) == "give one data source, not dataset and data_dir"  # the library's own terms
-    code, _, err = cli_here(monkeypatch, capsys, "train-tokenizer", "--dataset", "wmt14", "--data-dir", tmp_path,
-                            "-s", "en", "-t", "de", "-o", tmp_path / "tok")  # fmt: skip
+    code, _, err = run_cli("train-tokenizer", "--dataset", "wmt14", "--data-dir", tmp_path,
+                            "-s", "en", "-t", "de", "-o", tmp_path / "tok", capsys=capsys)  # fmt: skip
     assert code == 2
     assert err.strip() == "error: give one data source, not --dataset and --data-dir"
-    code, _, err = cli_here(monkeypatch, capsys, "train-tokenizer", "--data-dir", tmp_path, "-o", tmp_path / "tok")
+    code, _, err = run_cli("train-tokenizer", "--data-dir", tmp_path, "-o", tmp_path / "tok", capsys=capsys)
     assert code == 2
     assert err.strip() == "error: --source-lang and --target-lang are required for this data source"
 

@@ -20,8 +20,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO_ROOT, cli_env, fill_disk, one_error_line, save_tiny_model, small_tmpfs, snapshot, split_corpus  # noqa: F401  (small_tmpfs: a fixture)
-from helpers import cli_here as aiayn
+from helpers import (
+    REPO_ROOT,
+    cli_command,
+    cli_env,
+    fill_disk,
+    one_error_line,
+    run_cli,
+    save_tiny_model,
+    snapshot,
+    split_corpus,
+)
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 
@@ -43,13 +52,13 @@ def damaged(tmp_path: Path, tiny: Path, how: str) -> Path:
 @pytest.mark.parametrize("how", ["truncated", "garbage"])
 def test_a_damaged_model_is_one_line_everywhere(monkeypatch, capsys, tmp_path, tiny, how):
     model = damaged(tmp_path, tiny, how)
-    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", model, "w5 w6")[::2])
+    line = one_error_line(*run_cli("translate", "-m", model, "w5 w6", capsys=capsys)[::2])
     assert str(model) in line and "damaged or truncated" in line
-    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tiny, model, "-o", tmp_path / "avg")[::2])
+    line = one_error_line(*run_cli("average", tiny, model, "-o", tmp_path / "avg", capsys=capsys)[::2])
     assert str(model / "model.safetensors") in line and "damaged or truncated" in line
     hub = tmp_path / "hub"
     line = one_error_line(
-        *aiayn(monkeypatch, capsys, "push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub)[::2]
+        *run_cli("push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub, capsys=capsys)[::2]
     )
     assert str(model) in line and "damaged or truncated" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == [model.name]  # no avg, no hub, no temporary
@@ -94,7 +103,7 @@ def test_a_model_folder_that_does_not_hold_together_is_one_line_everywhere(monke
             "paper": ["paper", "scaling", "-m", model, "-o", tmp_path / "figures"],
         }
         for command, args in commands.items():
-            line = one_error_line(*aiayn(monkeypatch, capsys, *args)[::2])
+            line = one_error_line(*run_cli(*args, capsys=capsys)[::2])
             assert expected in line and str(model) in line, (command, line)
             assert "--beam" not in line  # a saved value is not an option the user gave
     assert sorted(p.name for p in tmp_path.iterdir()) == made  # no hub folder, no figures
@@ -135,7 +144,7 @@ def test_a_run_folder_given_as_the_model_names_the_models_it_holds(monkeypatch, 
             shutil.copytree(tiny, run / "averaged")
         named = f"{run / 'averaged'} (the averaged model) or " if averaged else ""
         for command, args in commands.items():
-            line = one_error_line(*aiayn(monkeypatch, capsys, command, "-m", run, *args)[::2])
+            line = one_error_line(*run_cli(command, "-m", run, *args, capsys=capsys)[::2])
             assert f"{run}: is a training run's folder, not a model; use {named}" in line, (command, line)
             assert f"{run / 'checkpoint-30'} (the last checkpoint)" in line, (command, line)
     assert sorted(p.name for p in tmp_path.iterdir()) == made  # nothing written
@@ -155,13 +164,13 @@ def test_average_never_replaces_its_inputs_or_a_run(monkeypatch, capsys, tmp_pat
         "holds files that are not part of a model folder (e.g. notes.txt)": [run, "--last", "2", "-o", other],
     }
     for expected, args in refused.items():
-        line = one_error_line(*aiayn(monkeypatch, capsys, "average", *args, "--overwrite")[::2])
+        line = one_error_line(*run_cli("average", *args, "--overwrite", capsys=capsys)[::2])
         assert expected in line, line
     assert snapshot(run) == before and (other / "notes.txt").read_text() == "mine\n"
     # a model folder is still replaced with --overwrite, and the inputs are named, not their paths
-    code, _, err = aiayn(monkeypatch, capsys, "average", run, "--last", "2", "-o", run / "averaged")
+    code, _, err = run_cli("average", run, "--last", "2", "-o", run / "averaged", capsys=capsys)
     assert code == 0, err
-    code, _, err = aiayn(monkeypatch, capsys, "average", run, "--last", "3", "-o", run / "averaged", "--overwrite")
+    code, _, err = run_cli("average", run, "--last", "3", "-o", run / "averaged", "--overwrite", capsys=capsys)
     assert code == 0, err
     assert json.loads((run / "averaged" / "averaged_from.json").read_text())["checkpoints"] == [
         "checkpoint-10",
@@ -177,27 +186,27 @@ def test_translate_never_writes_over_its_input(monkeypatch, capsys, tmp_path, ti
     symlink.symlink_to(source)
     os.link(source, hardlink)
     for output in (source, symlink, hardlink):
-        line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", source, "-o", output)[::2])
+        line = one_error_line(*run_cli("translate", "-m", tiny, "-i", source, "-o", output, capsys=capsys)[::2])
         assert "is the input file" in line
     assert source.read_text() == "w5 w6\n" and symlink.is_symlink()
     # an output given as a link stays a link; the file it points to gets the translation
     target, output = tmp_path / "target.txt", tmp_path / "out.txt"
     target.write_text("")
     output.symlink_to(target)
-    code, _, err = aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", source, "-o", output, "--beam", "1")
+    code, _, err = run_cli("translate", "-m", tiny, "-i", source, "-o", output, "--beam", "1", capsys=capsys)
     assert code == 0, err
     assert output.is_symlink() and len(target.read_text().splitlines()) == 1
 
 
 def test_translate_names_a_folder_input_and_a_missing_model_folder(monkeypatch, capsys, tmp_path, tiny):
-    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", tmp_path)[::2])
+    line = one_error_line(*run_cli("translate", "-m", tiny, "-i", tmp_path, capsys=capsys)[::2])
     assert f"--input {tmp_path}: is a folder" in line
     missing = tmp_path / "runs" / "no-model"
-    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", missing, "w5")[::2])
+    line = one_error_line(*run_cli("translate", "-m", missing, "w5", capsys=capsys)[::2])
     assert line == f"error: --model {missing}: no such model folder"
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
-    line = one_error_line(*aiayn(monkeypatch, capsys, "translate", "-m", "runs/no-model", "w5")[::2])
+    line = one_error_line(*run_cli("translate", "-m", "runs/no-model", "w5", capsys=capsys)[::2])
     assert line == "error: --model runs/no-model: no such model folder"
 
 
@@ -212,7 +221,7 @@ def test_translating_one_10_mb_line_stays_under_1_gb(tmp_path, tiny):
         "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
         "print(done.returncode, peak, repr(done.stderr[-300:]))\n"
     )
-    command = [sys.executable, "-m", "aiayn_cli", "translate", "-m", str(tiny), "-i", str(source), "--beam", "1"]
+    command = cli_command("translate", "-m", tiny, "-i", source, "--beam", "1")
     command += ["-o", str(tmp_path / "out.txt"), "--no-progress", "--max-len-a", "0", "--max-len-b", "2"]
     result = subprocess.run([sys.executable, "-c", script, *command], capture_output=True, text=True, env=cli_env())
     code, peak, stderr = result.stdout.split(" ", 2)
@@ -229,7 +238,7 @@ def test_train_into_a_file_is_refused_before_the_data_is_read(monkeypatch, capsy
     monkeypatch.setattr(trainer, "load_data", lambda *a: pytest.fail("the data was loaded"))
     output = tmp_path / "file"
     output.write_text("mine\n")
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--output-dir", output)[::2])
+    line = one_error_line(*run_cli("train", TINY, "--output-dir", output, capsys=capsys)[::2])
     assert line == f"error: --output-dir {output}: is a file, not a folder"
     assert output.read_text() == "mine\n"
 
@@ -239,13 +248,13 @@ def test_a_run_folder_in_use_is_refused_naming_the_process(monkeypatch, capsys, 
 
     output = tmp_path / "run"
     with locked_run_folder(output):
-        line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--output-dir", output)[::2])
+        line = one_error_line(*run_cli("train", TINY, "--output-dir", output, capsys=capsys)[::2])
     assert f"--output-dir {output}: in use by another run (aiayn train, process {os.getpid()} on " in line
     assert [p.name for p in output.iterdir()] == [LOCK_FILE]
     with locked_run_folder(output):  # released when the run ends
         pass
     new = tmp_path / "new-run"  # a run that fails before writing anything leaves no folder behind
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--output-dir", new, "--tokenizer", new)[::2])
+    line = one_error_line(*run_cli("train", TINY, "--output-dir", new, "--tokenizer", new, capsys=capsys)[::2])
     assert "cannot load the tokenizer" in line and not new.exists()
 
 
@@ -254,8 +263,8 @@ def test_evaluate_drops_a_byte_order_mark(monkeypatch, capsys, tmp_path):
     hypotheses.write_bytes("\ufeffEin Hund rennt im Park.\n".encode())
     references.write_text("Ein Hund rennt im Park.\n")
     path = tmp_path / "scores.json"
-    code, _, err = aiayn(
-        monkeypatch, capsys, "evaluate", "-i", hypotheses, "-r", references, "--metrics", "chrf", "--json", path
+    code, _, err = run_cli(
+        "evaluate", "-i", hypotheses, "-r", references, "--metrics", "chrf", "--json", path, capsys=capsys
     )
     assert code == 0, err
     assert json.loads(path.read_text())["scores"]["chrf"]["score"] == 100.0
@@ -275,16 +284,17 @@ def test_push_publishes_no_local_path_and_warns_about_token(monkeypatch, capsys,
     evaluation = {"inputs": {"hypotheses": str(tmp_path / "hyp.de"), "references": [str(tmp_path / "ref.de")]}}
     (tmp_path / "eval.json").write_text(json.dumps({**evaluation, "scores": {"chrf": {"score": 50.0}}}))
     hub = tmp_path / "hub"
-    code, _, err = aiayn(
-        monkeypatch, capsys, "push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub,
+    code, _, err = run_cli(
+        "push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", hub,
         "--eval-json", tmp_path / "eval.json",
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     published = {name: data.decode("utf-8", "replace") for name, data in snapshot(hub).items()}
     assert "recipe.yaml" in published and "eval_results.json" in published
     assert [name for name, text in published.items() if str(tmp_path) in text] == []
     assert yaml.safe_load(published["recipe.yaml"])["data"]["data_dir"] == "data"
-    code, out, _ = aiayn(monkeypatch, capsys, "push", "--help")
+    code, out, _ = run_cli("push", "--help", capsys=capsys)
     assert "process listings" in " ".join(out.replace("│", " ").split())
 
 
@@ -317,7 +327,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(monkeypatch, capsys, tmp_pat
     (tmp_path / "copy.txt").write_text(text.read_text())
     fill_disk(small_tmpfs)
     ctx = {"tiny": tiny, "text": text, "copy": tmp_path / "copy.txt", "dir": small_tmpfs}
-    code, _, err = aiayn(monkeypatch, capsys, *FULL_DISK_COMMANDS[command](ctx))
+    code, _, err = run_cli(*FULL_DISK_COMMANDS[command](ctx), capsys=capsys)
     lines = err.strip().splitlines()  # train-tokenizer reports the data it read first
     assert code == 2 and "Traceback" not in err and [x for x in lines if x.startswith("error")] == lines[-1:], err
     line = lines[-1]
@@ -330,21 +340,18 @@ def test_a_read_only_folder_is_refused_before_translating(monkeypatch, capsys, t
     source = tmp_path / "x.txt"
     source.write_text("w5 w6\n")
     args = ["translate", "-m", tiny, "-i", source, "-o", small_tmpfs / "hyp.txt", "--beam", "1"]
-    line = one_error_line(*aiayn(monkeypatch, capsys, *args)[::2])  # one line: no progress bar before it
+    line = one_error_line(*run_cli(*args, capsys=capsys)[::2])  # one line: no progress bar before it
     assert line == f"error: --output {small_tmpfs / 'hyp.txt'}: the folder {small_tmpfs} is not writable"
 
 
 def test_debug_shows_the_traceback_of_a_full_disk(monkeypatch, capsys, tmp_path, tiny, small_tmpfs):
-    from aiayn_cli.cli import main
-
     source = tmp_path / "x.txt"
     source.write_text("w5 w6\n")
     fill_disk(small_tmpfs)
     monkeypatch.setenv("AIAYN_DEBUG", "0")  # --debug sets it; restored after the test
     args = ["translate", "-m", tiny, "-i", source, "-o", small_tmpfs / "hyp.txt", "--beam", "1"]
-    monkeypatch.setattr(sys, "argv", ["aiayn", "--debug", *map(str, args)])
     with pytest.raises(OSError, match="No space left on device"):
-        main()
+        run_cli("--debug", *args, capsys=capsys)
     assert [p.name for p in small_tmpfs.iterdir()] == ["filler"]
 
 
@@ -367,20 +374,20 @@ def test_train_names_its_flags_not_set_keys(tmp_path, monkeypatch, capsys):
     }
     data = ("--data-dir", tmp_path / "no-data")
     for flags, expected in cases.items():
-        line = one_line(*cli_here(monkeypatch, capsys, "train", "tiny", *data, "-o", run, *flags))
+        line = one_line(*run_cli("train", "tiny", *data, "-o", run, *flags, capsys=capsys))
         assert line.startswith(expected) and "--set" not in line, line
         assert not run.exists()
-    line = one_line(*cli_here(monkeypatch, capsys, "train", "tiny", "-o", run, "--set", "max_steps=0"))
+    line = one_line(*run_cli("train", "tiny", "-o", run, "--set", "max_steps=0", capsys=capsys))
     assert line.startswith("error: --set max_steps"), line  # a --set key is named as such
 
 
 def test_train_tokenizer_sample_size_and_languages(tmp_path, monkeypatch, capsys):
     out = tmp_path / "tok"
     data = ("--source-file", REPO_ROOT / "pyproject.toml", "--target-file", REPO_ROOT / "pyproject.toml")
-    line = one_line(*cli_here(monkeypatch, capsys, "train-tokenizer", *data, "-o", out, "--sample-size", "0"))
+    line = one_line(*run_cli("train-tokenizer", *data, "-o", out, "--sample-size", "0", capsys=capsys))
     assert line == "error: --sample-size must be at least 1, got 0"
-    line = one_line(*cli_here(monkeypatch, capsys, "train-tokenizer", "--data-dir", tmp_path, "-s", "en",
-                              "-t", "en", "-o", out))  # fmt: skip
+    line = one_line(*run_cli("train-tokenizer", "--data-dir", tmp_path, "-s", "en",
+                              "-t", "en", "-o", out, capsys=capsys))  # fmt: skip
     assert line == "error: --source-lang and --target-lang are both en: a translation has two languages"
     assert not out.exists()
 
@@ -388,13 +395,13 @@ def test_train_tokenizer_sample_size_and_languages(tmp_path, monkeypatch, capsys
 def test_evaluate_refuses_one_language_and_the_hypotheses_as_references(tmp_path, monkeypatch, capsys):
     hyp = tmp_path / "hyp.de"
     hyp.write_text("ein Hund\n")
-    line = one_line(*cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", hyp))
+    line = one_line(*run_cli("evaluate", "-i", hyp, "-r", hyp, capsys=capsys))
     assert line == f"error: --references {hyp} is the --hypotheses file itself; score against other references"
     (tmp_path / "link.de").symlink_to(hyp)
-    line = one_line(*cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", tmp_path / "link.de"))
+    line = one_line(*run_cli("evaluate", "-i", hyp, "-r", tmp_path / "link.de", capsys=capsys))
     assert "is the --hypotheses file itself" in line
-    line = one_line(*cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "--data-dir", tmp_path, "-s", "de",
-                              "-t", "de"))  # fmt: skip
+    line = one_line(*run_cli("evaluate", "-i", hyp, "--data-dir", tmp_path, "-s", "de",
+                              "-t", "de", capsys=capsys))  # fmt: skip
     assert "--source-lang and --target-lang are both de" in line
 
 
@@ -418,7 +425,7 @@ def test_decoding_options_are_checked_before_the_model_loads(tmp_path, monkeypat
         for flags, expected in cases.items():
             if command == "attention" and flags[0] == "--precision":
                 continue
-            line = one_line(*cli_here(monkeypatch, capsys, command, "-m", missing, *flags, *extra))
+            line = one_line(*run_cli(command, "-m", missing, *flags, *extra, capsys=capsys))
             assert line.startswith(expected), (command, line)
 
 
@@ -431,8 +438,7 @@ def test_a_progress_bar_never_reaches_a_log_file(tmp_path):
     log = tmp_path / "log"
     with open(log, "wb") as stderr:
         done = subprocess.run(
-            [sys.executable, "-m", "aiayn_cli", "translate", "-m", model, "--precision", "fp32",
-             "-i", source, "-o", tmp_path / "out.txt"],
+            cli_command("translate", "-m", model, "--precision", "fp32", "-i", source, "-o", tmp_path / "out.txt"),
             stderr=stderr, env=cli_env(), timeout=600,
         )  # fmt: skip
     assert done.returncode == 0, log.read_text()
@@ -484,10 +490,7 @@ def test_a_missing_folder_that_could_be_a_hub_id_is_one_line_at_once(tmp_path, m
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     env = cli_env(HF_HUB_OFFLINE="0", HF_ENDPOINT=f"http://127.0.0.1:{port}")
-    done = subprocess.run(
-        [sys.executable, "-m", "aiayn_cli", "translate", "-m", "runs/x", "A dog."],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = run_cli("translate", "-m", "runs/x", "A dog.", cwd=tmp_path, env=env, timeout=120)
     line = one_line(done.returncode, done.stdout, done.stderr)
     assert line.startswith("error: --model runs/x: no such model folder, and the Hub could not be reached"), line
     with pytest.raises(AiaynError, match="no such model folder$"):  # a path that cannot be a Hub id: no request

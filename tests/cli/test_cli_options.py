@@ -5,17 +5,15 @@ Walks every command's parameters (no model, no data: nothing runs but the parser
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import typer
-from helpers import cli_here
+from helpers import REPO_ROOT, run_cli
 
 from aiayn_cli.cli.app import app
 from aiayn_cli.cli.command import RENAMED
 from aiayn_cli.cli.reference import VOCABULARY, cli_reference, command_options
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = command_options()
 GROUP = typer.main.get_command(app)
 
@@ -91,7 +89,7 @@ def test_help_reads_as_written(command, monkeypatch, capsys):
     """Every help renders; bracketed text survives rich (no markup swallowed), and no Python type
     name (<int>, <str>, <bool>, <path>, <list[...]>) leaks into it."""
     monkeypatch.setenv("COLUMNS", "250")
-    code, out, err = cli_here(monkeypatch, capsys, command, "--help")
+    code, out, err = run_cli(command, "--help", capsys=capsys)
     assert code == 0, err
     shown = " ".join(out.replace("│", " ").split())
     assert not re.search(r"<(int|str|bool|path|float|list|file|text)\b", shown, re.IGNORECASE), shown
@@ -107,7 +105,7 @@ def test_help_reads_as_written(command, monkeypatch, capsys):
 
 def test_the_root_help_and_no_arguments(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "250")
-    code, out, _ = cli_here(monkeypatch, capsys)
+    code, out, _ = run_cli(capsys=capsys)
     assert code == 0 and "translate" in out and "train-tokenizer" in out
 
 
@@ -172,7 +170,7 @@ def test_an_old_spelling_after_double_dash_is_a_sentence(capsys):
 def test_the_positional_model_of_export_and_push_still_works(command, tmp_path, monkeypatch, capsys):
     """`aiayn export MODEL` / `aiayn push MODEL`: a notice, then the model is read (here: missing)."""
     extra = ["-o", tmp_path / "out"] if command == "export" else ["--repo-id", "a/b", "--dry-run"]
-    code, _, err = cli_here(monkeypatch, capsys, command, tmp_path / "nope", *extra)
+    code, _, err = run_cli(command, tmp_path / "nope", *extra, capsys=capsys)
     lines = err.splitlines()
     assert code == 2 and len(lines) == 2, err
     assert "deprecated" in lines[0] and "-m/--model" in lines[0]
@@ -188,7 +186,7 @@ def test_a_usage_error_is_one_line(monkeypatch, capsys):
         ("train-tokenizer", "-o", "t", "--algorithm", "wordpiece"): "--algorithm",
     }
     for args, expected in cases.items():
-        code, out, err = cli_here(monkeypatch, capsys, *args)
+        code, out, err = run_cli(*args, capsys=capsys)
         assert code == 2 and out == "" and len(err.splitlines()) == 1, (args, err)
         assert err.startswith("error: ") and expected in err, (args, err)
 

@@ -17,22 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import (  # noqa: F401  (small_tmpfs: a fixture)
-    REPO_ROOT,
-    StubTokenizer,
-    cli_here,
-    fill_disk,
-    one_error_line,
-    save_tiny_model,
-    small_tmpfs,
-    snapshot,
-    tiny_model,
-)
+from helpers import REPO_ROOT, StubTokenizer, fill_disk, one_error_line, run_cli, save_tiny_model, snapshot, tiny_model
 
 from aiayn_cli.errors import AiaynError
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
-aiayn = cli_here
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +44,7 @@ def _data(folder: Path, lines: int = 12) -> Path:
 
 
 def _line(monkeypatch, capsys, *args) -> str:
-    return one_error_line(*aiayn(monkeypatch, capsys, *args)[::2])
+    return one_error_line(*run_cli(*args, capsys=capsys)[::2])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +284,7 @@ def test_train_tokenizer_onto_a_full_disk(monkeypatch, capsys, tmp_path, small_t
     data = _data(tmp_path / "D", lines=200)
     _fill_leaving(small_tmpfs, 4 * 1024)
     args = ["train-tokenizer", "--data-dir", data, "-s", "en", "-t", "de", "--vocab-size", "300"]
-    code, _, err = aiayn(monkeypatch, capsys, *args, "-o", small_tmpfs / "tok")
+    code, _, err = run_cli(*args, "-o", small_tmpfs / "tok", capsys=capsys)
     assert code == 2 and err.strip().splitlines()[-1] == f"error: {small_tmpfs / 'tok'}: No space left on device", err
     assert "Traceback" not in err and [p.name for p in small_tmpfs.iterdir()] == ["filler"]
 
@@ -324,7 +313,7 @@ def test_average_copies_no_pickle_and_no_foreign_code(monkeypatch, capsys, tmp_p
     first, second = _copy(tiny, tmp_path / "a"), _copy(tiny, tmp_path / "b")
     torch.save({"x": torch.ones(1)}, second / "pytorch_model.bin")
     (second / "modeling_aiayn.py").write_text("import os  # planted\n")
-    code, _, err = aiayn(monkeypatch, capsys, "average", first, second, "-o", tmp_path / "avg")
+    code, _, err = run_cli("average", first, second, "-o", tmp_path / "avg", capsys=capsys)
     assert code == 0, err
     names = sorted(p.name for p in (tmp_path / "avg").iterdir())
     assert "pytorch_model.bin" not in names and "model.safetensors" in names and "tokenizer.json" in names
@@ -350,14 +339,14 @@ def test_attention_replaces_its_own_files_never_the_users(monkeypatch, capsys, t
     out = tmp_path / "att"
     args = ["attention", "-m", tiny, "w5 w6", "-o", out, "-f", "html", "-f", "json"]
     for _ in range(2):  # a second run replaces what the first wrote
-        code, _, err = aiayn(monkeypatch, capsys, *args)
+        code, _, err = run_cli(*args, capsys=capsys)
         assert code == 0, err
     (out / "explorer.html").write_text("my notes\n")  # the user edits it, or wrote it
     line = _line(monkeypatch, capsys, *args)
     assert line.startswith(f"error: --output-dir {out / 'explorer.html'}: exists and was not written by this command")
     assert line.endswith("pass --overwrite to replace it, or choose another folder")
     assert (out / "explorer.html").read_text() == "my notes\n"
-    code, _, err = aiayn(monkeypatch, capsys, *args, "--overwrite")
+    code, _, err = run_cli(*args, "--overwrite", capsys=capsys)
     assert code == 0 and (out / "explorer.html").read_text() != "my notes\n", err
 
 
@@ -518,7 +507,7 @@ def test_sweep_an_empty_model_path_is_not_the_current_folder(monkeypatch, capsys
 
 
 def test_sweep_translate_reads_a_device_or_fifo_and_names_other_nodes(monkeypatch, capsys, tmp_path, tiny):
-    code, out, err = aiayn(monkeypatch, capsys, "translate", "-m", tiny, "-i", "/dev/null", "--beam", "1")
+    code, out, err = run_cli("translate", "-m", tiny, "-i", "/dev/null", "--beam", "1", capsys=capsys)
     assert code == 0 and out == "", err  # no lines in, no lines out
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(tmp_path / "sock"))

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 import typer
-from helpers import REPO_ROOT, cli_here
+from helpers import REPO_ROOT, run_cli
 
 from aiayn_cli.cli.app import app
 from aiayn_cli.cli.command import RENAMED
@@ -28,7 +28,7 @@ def test_the_root_summary_names_every_command():
 
 def test_the_root_flags_show_no_type(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "120")
-    code, out, _ = cli_here(monkeypatch, capsys, "--help")
+    code, out, _ = run_cli("--help", capsys=capsys)
     assert code == 0 and "--debug" in out
     assert not re.search(r"<(bool|int|str|path)>", out), out
 
@@ -37,7 +37,7 @@ def test_the_root_flags_show_no_type(monkeypatch, capsys):
 def test_help_at_80_columns_cuts_no_word(command, monkeypatch, capsys):
     """Rich cuts a word wider than its column with an ellipsis unless told to fold it."""
     monkeypatch.setenv("COLUMNS", "80")
-    code, out, err = cli_here(monkeypatch, capsys, *([command] if command else []), "--help")
+    code, out, err = run_cli(*([command] if command else []), "--help", capsys=capsys)
     assert code == 0, err
     assert max(map(len, out.splitlines())) <= 80
     cut = [line for line in out.splitlines() if "…" in line]
@@ -51,14 +51,14 @@ def test_each_recipe_is_listed_with_a_whole_line(monkeypatch, capsys):
         second = lines[1].lstrip("#").strip() if len(lines) > 1 and lines[1].startswith("#") else ""
         continues = second[:1].islower() or second[:1].isdigit()
         assert not continues or lines[0].rstrip().endswith(":"), f"{name}: {purpose!r} goes on: {second!r}"
-    code, out, _ = cli_here(monkeypatch, capsys, "recipes")
+    code, out, _ = run_cli("recipes", capsys=capsys)
     assert code == 0 and all(purpose in out for purpose in shipped_recipes().values())
 
 
 @pytest.mark.parametrize(("command", "flags"), [("export", ["--model", "--output-dir"]), ("push", ["--model"])])
 def test_options_needed_are_marked_required(command, flags, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "200")
-    code, out, _ = cli_here(monkeypatch, capsys, command, "--help")
+    code, out, _ = run_cli(command, "--help", capsys=capsys)
     assert code == 0
     for flag in flags:
         row = next(line for line in out.splitlines() if f" {flag} " in line)

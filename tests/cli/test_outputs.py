@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers import cli_here, save_tiny_model
+from helpers import run_cli, save_tiny_model
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
-TINY_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml"
+TINY_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
 
 
 class Reached(Exception):
@@ -318,7 +318,7 @@ def run_case(monkeypatch, capsys, tmp_path: Path, tiny: Path, name: str, kind: s
     if reader is not None:
         reader.start()
     try:
-        code, _, err = cli_here(monkeypatch, capsys, *command.args(inputs, target))
+        code, _, err = run_cli(*command.args(inputs, target), capsys=capsys)
     except Reached:
         code, err = 0, capsys.readouterr().err
     finally:
@@ -409,7 +409,7 @@ def test_translate_into_dev_null_leaves_it_a_character_device(monkeypatch, capsy
             ["evaluate", "-i", source, "-r", reference],
         ):
             flag = "-o" if args[0] == "translate" else "--json"
-            code, _, err = cli_here(monkeypatch, capsys, *args, flag, "/dev/null")
+            code, _, err = run_cli(*args, flag, "/dev/null", capsys=capsys)
             assert code == 0, err
             assert _device("/dev/null") == before == (True, os.makedev(1, 3))
     finally:
@@ -478,7 +478,7 @@ def test_no_file_of_an_input_is_ever_an_output(monkeypatch, capsys, tmp_path, ti
     assert len(targets) >= 3
     before = snapshot(tmp_path)
     for target in targets:
-        code, _, err = cli_here(monkeypatch, capsys, *_arguments(name, inputs, target))
+        code, _, err = run_cli(*_arguments(name, inputs, target), capsys=capsys)
         lines = [line for line in err.strip().splitlines() if not line.startswith("warning:")]
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (target, err)
         assert "Traceback" not in err
@@ -501,7 +501,7 @@ def test_overwrite_keeps_the_users_old(monkeypatch, capsys, tmp_path, tiny, name
     out = tmp_path / "out"
     out.mkdir()
     target = out / "target"
-    code, _, err = cli_here(monkeypatch, capsys, *COMMANDS[name].args(inputs, target))
+    code, _, err = run_cli(*COMMANDS[name].args(inputs, target), capsys=capsys)
     assert code == 0, err
     old = out / "target.old"
     if old_kind == "file":
@@ -511,7 +511,7 @@ def test_overwrite_keeps_the_users_old(monkeypatch, capsys, tmp_path, tiny, name
         (old / "notes.txt").write_text("mine\n")
     kept = snapshot(out)
     kept = {p: v for p, v in kept.items() if p.startswith("target.old")}
-    code, _, err = cli_here(monkeypatch, capsys, *COMMANDS[name].args(inputs, target), "--overwrite")
+    code, _, err = run_cli(*COMMANDS[name].args(inputs, target), "--overwrite", capsys=capsys)
     assert code == 0, err
     after = snapshot(out)
     assert {p: v for p, v in after.items() if p.startswith("target.old")} == kept

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from helpers import cli_here, save_varied_model, sentences  # noqa: E402
+from helpers import run_cli, save_varied_model, sentences  # noqa: E402
 from live_server import post, serve_in_thread  # noqa: E402
 
 SENTENCES = [sentences(40, seed=1)[i] for i in (3, 18, 28, 32)]
@@ -33,11 +33,11 @@ def test_translate_attention_serve_and_translator_give_the_same_tokens_by_defaul
     assert DEFAULT_INFERENCE_PRECISION == "fp32" and translator.precision == "float32"
     python_api = translator.translate(SENTENCES)
 
-    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", model, *SENTENCES)
+    code, out, err = run_cli("translate", "-m", model, *SENTENCES, capsys=capsys)
     assert code == 0, err
     translate = out.splitlines()
 
-    code, out, err = cli_here(monkeypatch, capsys, "attention", "-m", model, *SENTENCES)
+    code, out, err = run_cli("attention", "-m", model, *SENTENCES, capsys=capsys)
     assert code == 0, err
     attention = re.findall(r"^translation \(the model's beam search\): (.*)$", out, re.M)
 
@@ -46,7 +46,7 @@ def test_translate_attention_serve_and_translator_give_the_same_tokens_by_defaul
     with monkeypatch.context() as patched:
         patched.setattr(server, "create_app", lambda t, *a: served.setdefault("app", create_app(t, *a)))
         patched.setattr(uvicorn.Server, "run", lambda self: setattr(self, "started", True))  # listens below
-        code, _, err = cli_here(patched, capsys, "serve", "-m", model)
+        code, _, err = run_cli("serve", "-m", model, capsys=capsys)
     assert code == 0, err
     with serve_in_thread(served["app"]) as url:
         status, answer = post(f"{url}/v1/translate", {"text": SENTENCES})

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 import torch
-from corpora import bpe_multi30k, make_pairs, tokenized_multi30k, write_text_split  # noqa: F401  (fixtures)
+from corpora import make_pairs, write_text_split
 from helpers import REPO_ROOT, cli_env
 
 import aiayn_cli.data.tokenization as tokenization

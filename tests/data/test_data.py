@@ -7,7 +7,7 @@ import re
 
 import datasets
 import pytest
-from corpora import invoke, make_pairs, write_jsonl, write_lines, write_text_split, write_tsv
+from corpora import make_pairs, write_jsonl, write_lines, write_text_split, write_tsv
 from helpers import run_cli
 
 from aiayn_cli.data.corpus import load_split
@@ -304,7 +304,7 @@ def test_cli_reports_bad_input_and_leaves_no_output(tmp_path, capsys, case):
     ):
         if value:
             args += [option, value]
-    code, out, err = invoke(capsys, *args)
+    code, out, err = run_cli(*args, capsys=capsys)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -318,8 +318,7 @@ def test_cli_reads_a_saved_dataset_with_cleaning_options(tmp_path, capsys):
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": translation})}).save_to_disk(
         str(tmp_path / "saved")
     )
-    code, out, err = invoke(
-        capsys,
+    code, out, err = run_cli(
         "train-tokenizer",
         "--dataset",
         tmp_path / "saved",
@@ -336,6 +335,7 @@ def test_cli_reads_a_saved_dataset_with_cleaning_options(tmp_path, capsys):
         "350",
         "-o",
         tmp_path / "tok",
+        capsys=capsys,
     )
     assert code == 0, err
     report = next(line for line in err.splitlines() if "pairs read" in line)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from corpora import make_pairs, write_hub_layout
-from helpers import REPO_ROOT, cli_here
+from helpers import REPO_ROOT, run_cli
 
 from aiayn_cli.data.corpus import describe_source, load_split
 from aiayn_cli.data.spec import DataSpec
@@ -51,13 +51,12 @@ def test_a_missing_tokenizer_is_built_from_the_recipes_data_and_said(tmp_path, c
 def test_train_builds_the_missing_tokenizer_from_the_recipes_data_then_trains(monkeypatch, capsys, tmp_path):
     folder = write_hub_layout(tmp_path / "multi30k")
     tokenizer = tmp_path / "bpe"
-    code, out, err = cli_here(
-        monkeypatch,
-        capsys,
+    code, out, err = run_cli(
         *("train", MULTI30K_RECIPE, "--dataset", folder, "--tokenizer", tokenizer, "-o", tmp_path / "run"),
         *("--preset", "tiny", "--max-steps", "2", "--max-tokens", "256", "--no-progress"),
         *("--set", "tokenizer_training.vocab_size=300", "--set", "compile_loss=false", "--set", "trackers=[]"),
         *("--set", "length_penalty_grid=null", "--set", "valid_bleu_samples=4", "--precision", "fp32"),
+        capsys=capsys,
     )
     assert code == 0, err
     lines = err.strip().splitlines()
@@ -69,7 +68,7 @@ def test_train_builds_the_missing_tokenizer_from_the_recipes_data_then_trains(mo
 
 def test_offline_the_recipes_default_fails_in_one_line_naming_the_dataset_and_data_dir(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)  # an empty folder, as a new user has
-    code, out, err = cli_here(monkeypatch, capsys, "train", "multi30k_en_de", "--no-progress")
+    code, out, err = run_cli("train", "multi30k_en_de", "--no-progress", capsys=capsys)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert lines[0] == "data: the Hub dataset bentrevett/multi30k, en -> de (a local folder instead: --data-dir DIR)"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from corpora import bpe_multi30k, invoke, make_pairs, write_text_split  # noqa: F401  (fixtures)
+from corpora import make_pairs, write_text_split
+from helpers import run_cli
 from transformers import AutoTokenizer
 
 from aiayn_cli.data.corpus import load_split
@@ -160,8 +161,7 @@ def test_a_failure_while_saving_leaves_nothing(tmp_path, monkeypatch):
 
 def test_cli_train_tokenizer(tmp_path, capsys):
     write_text_split(tmp_path / "data", "train", make_pairs(200, seed=7))
-    code, out, err = invoke(
-        capsys,
+    code, out, err = run_cli(
         "train-tokenizer",
         "--data-dir",
         tmp_path / "data",
@@ -175,6 +175,7 @@ def test_cli_train_tokenizer(tmp_path, capsys):
         "150",
         "-o",
         tmp_path / "tok",
+        capsys=capsys,
     )
     assert code == 0, err
     assert "200 pairs read, 200 kept" in err

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("ctranslate2")
 
-from helpers import cli_here, sentences  # noqa: E402
+from helpers import run_cli, sentences  # noqa: E402
 from helpers import save_varied_model as saved_model  # noqa: E402
 
 from aiayn_cli.decoding.ctranslate2_cache import MANIFEST, manifest_problem  # noqa: E402
@@ -90,7 +90,7 @@ def test_a_damaged_cache_is_converted_again(converted, tmp_path, monkeypatch, ca
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
     if front == "translate":
         args = ("translate", "-m", converted["model"], "--precision", "fp32", *INPUTS, "--engine", "ctranslate2")
-        code, out, err = cli_here(monkeypatch, capsys, *args)
+        code, out, err = run_cli(*args, capsys=capsys)
         assert code == 0, err
         assert out.splitlines() == converted["want"]
         assert f"warning: {folder}: " in err and "converting the model again" in err
@@ -121,7 +121,7 @@ def test_a_file_where_a_cache_folder_goes_is_one_line(converted, tmp_path, monke
     line = f"{place}: is a file, where the converted models' cache folder goes; move it away or set AIAYN_CACHE"
     if front == "translate":
         args = ("translate", "-m", converted["model"], "--precision", "fp32", "w1 w2", "--engine", "ctranslate2")
-        code, out, err = cli_here(monkeypatch, capsys, *args)
+        code, out, err = run_cli(*args, capsys=capsys)
         assert (code, out) == (2, "") and err.strip().startswith(f"error: {line}") and len(err.splitlines()) == 1
     else:
         with pytest.raises(AiaynError, match="^" + re.escape(line)):

@@ -11,7 +11,6 @@ import helpers
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import one_thread  # noqa: F401  (the fixture)
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding import incremental

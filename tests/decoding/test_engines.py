@@ -16,7 +16,7 @@ pytest.importorskip("ctranslate2")
 
 from helpers import (  # noqa: E402
     cli_env,
-    cli_here,  # noqa: E402
+    run_cli,  # noqa: E402
     sentences,
     split_corpus,
 )
@@ -136,10 +136,10 @@ def test_translate_engine_ctranslate2_prints_the_torch_engines_translations(
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
     inputs = sentences(20, seed=5)
     common = ("translate", "-m", model_dir, "--precision", "fp32", *search, "--nbest", "1", *inputs)
-    code, torch_out, err = cli_here(monkeypatch, capsys, *common)
+    code, torch_out, err = run_cli(*common, capsys=capsys)
     assert code == 0, err
     for _ in range(2):  # converted once, then read from the cache
-        code, ct2_out, err = cli_here(monkeypatch, capsys, *common, "--engine", "ctranslate2")
+        code, ct2_out, err = run_cli(*common, "--engine", "ctranslate2", capsys=capsys)
         assert code == 0, err
         assert ct2_out == torch_out and len(ct2_out.splitlines()) == 20
     assert len(list((tmp_path / "cache" / "ctranslate2").iterdir())) == 1
@@ -165,7 +165,7 @@ def test_translate_with_a_converted_model_imports_neither_torch_nor_transformers
     and tokenizer are read from theirs: the same translations, without torch or transformers."""
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
     args = ("translate", "-m", model_dir, "--engine", "ctranslate2", "--precision", "fp32", *sentences(8, seed=4))
-    code, converted, err = cli_here(monkeypatch, capsys, *args)  # loads the model, converts it
+    code, converted, err = run_cli(*args, capsys=capsys)  # loads the model, converts it
     assert code == 0, err
     for extra in ((), ("--threads", "1", "--nbest", "2")):
         done = subprocess.run(
@@ -181,7 +181,7 @@ def test_translate_with_a_converted_model_imports_neither_torch_nor_transformers
         if not extra:
             assert out == converted.splitlines()
         else:
-            code, want, err = cli_here(monkeypatch, capsys, *args, *extra)
+            code, want, err = run_cli(*args, *extra, capsys=capsys)
             assert out == want.splitlines()
     assert len(list((tmp_path / "cache" / "ctranslate2").iterdir())) == 1
 
@@ -230,15 +230,15 @@ def test_the_converted_path_decodes_with_the_generation_config_that_transformers
 )
 def test_what_the_engine_cannot_do_is_one_line(model_dir, tmp_path, monkeypatch, capsys, args, line):
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
-    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, *args, "w1 w2")
+    code, out, err = run_cli("translate", "-m", model_dir, *args, "w1 w2", capsys=capsys)
     assert (code, out, err.strip()) == (2, "", line)
 
 
 def test_evaluate_engine_needs_a_model(monkeypatch, capsys, tmp_path):
     (tmp_path / "h").write_text("a\n")
     (tmp_path / "r").write_text("a\n")
-    code, _, err = cli_here(
-        monkeypatch, capsys, "evaluate", "-i", tmp_path / "h", "-r", tmp_path / "r", "--engine", "ctranslate2"
+    code, _, err = run_cli(
+        "evaluate", "-i", tmp_path / "h", "-r", tmp_path / "r", "--engine", "ctranslate2", capsys=capsys
     )
     assert code == 2 and err.strip() == "error: --engine decodes with --model; without it nothing is decoded"
 
@@ -279,7 +279,7 @@ def test_evaluate_model_with_the_ctranslate2_engine(model_dir, tmp_path, monkeyp
     data, sources, _ = split_corpus(tmp_path)
     args = ("evaluate", "--model", model_dir, "--data-dir", data, "-s", "en", "-t", "de", "--split", "test")
     out = ("-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json")
-    code, _, err = cli_here(monkeypatch, capsys, *args, *out, "--engine", "ctranslate2")
+    code, _, err = run_cli(*args, *out, "--engine", "ctranslate2", capsys=capsys)
     assert code == 0, err
     translator = Translator.from_pretrained(str(model_dir), engine="ctranslate2")
     assert (tmp_path / "hyp.de").read_text().splitlines() == translator.translate(sources)

@@ -10,7 +10,7 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from helpers import cli_here, sentences  # noqa: E402
+from helpers import run_cli, sentences  # noqa: E402
 from helpers import save_varied_model as saved_model  # noqa: E402
 
 from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2  # noqa: E402
@@ -89,7 +89,7 @@ def test_the_position_table_is_the_models_own(tmp_path):
 def test_int8_export_translates_and_the_folder_is_complete(tmp_path, monkeypatch, capsys):
     model_dir = saved_model(tmp_path / "model")
     args = ("export", "-m", model_dir, "--to", "ctranslate2", "-o", tmp_path / "int8", "--quantization", "int8")
-    code, _, err = cli_here(monkeypatch, capsys, *args)
+    code, _, err = run_cli(*args, capsys=capsys)
     assert code == 0, err
     names = {p.name for p in (tmp_path / "int8").iterdir()}
     assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "README.md"} <= names
@@ -110,6 +110,6 @@ def test_export_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
         export_ctranslate2(model_dir, tmp_path / "busy")
     with pytest.raises(AiaynError, match="quantization int4: choose one of float32, int8"):
         export_ctranslate2(model_dir, tmp_path / "out", quantization="int4")
-    code, _, err = cli_here(monkeypatch, capsys, "export", "-m", model_dir, "--to", "onnx", "-o", tmp_path / "out")
+    code, _, err = run_cli("export", "-m", model_dir, "--to", "onnx", "-o", tmp_path / "out", capsys=capsys)
     assert code == 2 and err.strip() == "error: --to onnx: choose one of ctranslate2"
     assert not (tmp_path / "out").exists()

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import helpers
 import pytest
 import torch
-from helpers import cli_env, one_thread, run_cli  # noqa: F401  (one_thread: the fixture)
+from helpers import cli_command, cli_env, run_cli
 
 from aiayn_cli import AiaynForConditionalGeneration
-from aiayn_cli.cli import main
 from aiayn_cli.decoding.translator import Translator, decode_lines, make_batches
 from aiayn_cli.errors import AiaynError
 
@@ -69,19 +66,6 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def translator(model_dir) -> Translator:
     return Translator.from_pretrained(str(model_dir), device="cpu", dtype="fp32")  # exact: batch-independent
-
-
-def run_main(monkeypatch, capsysbinary, *args: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
-    """Run the CLI in this process: (exit code, stdout bytes, stderr text)."""
-    monkeypatch.setattr(sys, "argv", ["aiayn", *map(str, args)])
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code or 0
-    captured = capsysbinary.readouterr()
-    return code, captured.out, captured.err.decode("utf-8", errors="replace")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +222,7 @@ def test_stdin_1000_hostile_lines(model_dir):
 def test_stdin_is_streamed_line_by_line(model_dir):
     """Each translation comes out as soon as its line has been read, before the input ends."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "aiayn_cli", "translate", "--model", str(model_dir), "-b", "2", "--threads", "1"],
+        cli_command("translate", "--model", model_dir, "-b", "2", "--threads", "1"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -269,7 +253,7 @@ def test_stdin_is_streamed_line_by_line(model_dir):
 
 
 def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
-    code, out, err = run_main(monkeypatch, capsysbinary, "translate", "-m", model_dir, "a man runs", "", "the dog")
+    code, out, err = run_cli("translate", "-m", model_dir, "a man runs", "", "the dog", capsys=capsysbinary)
     assert code == 0, err
     assert len(out.decode().split("\n")) == 4 and out.decode().split("\n")[1] == ""
 
@@ -278,10 +262,10 @@ def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
     source.write_text("\n".join(inputs) + "\n", encoding="utf-8")
     target = tmp_path / "out.txt"
     args = ("translate", "-m", model_dir, "--precision", "fp32", "-i", source, "-o", target)
-    code, out, err = run_main(monkeypatch, capsysbinary, *args, "--progress")
+    code, out, err = run_cli(*args, "--progress", capsys=capsysbinary)
     assert code == 0, err
     assert out == b"" and "translating" in err  # the progress bar, asked for, on stderr
-    code, out, err = run_main(monkeypatch, capsysbinary, *args)
+    code, out, err = run_cli(*args, capsys=capsysbinary)
     assert code == 0 and err == "", err  # stderr is not a terminal here: no bar by default
     written = target.read_text(encoding="utf-8").split("\n")
     assert len(written) == 33 and written[-1] == "" and written[30:32] == ["", ""]
@@ -290,8 +274,8 @@ def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
 
 
 def test_nbest_sampling_and_greedy(model_dir, monkeypatch, capsysbinary):
-    code, out, err = run_main(
-        monkeypatch, capsysbinary, "translate", "-m", model_dir, "--beam", "3", "--nbest", "3", "a man runs", ""
+    code, out, err = run_cli(
+        "translate", "-m", model_dir, "--beam", "3", "--nbest", "3", "a man runs", "", capsys=capsysbinary
     )
     assert code == 0, err
     lines = out.decode().splitlines()
@@ -313,11 +297,9 @@ def test_nbest_sampling_and_greedy(model_dir, monkeypatch, capsysbinary):
         "a man runs",
         "the dog sits",
     )
-    first, second = (run_main(monkeypatch, capsysbinary, *args) for _ in range(2))
+    first, second = (run_cli(*args, capsys=capsysbinary) for _ in range(2))
     assert first[0] == 0 and first[1] == second[1]
-    code, out, err = run_main(
-        monkeypatch,
-        capsysbinary,
+    code, out, err = run_cli(
         "translate",
         "-m",
         model_dir,
@@ -330,6 +312,7 @@ def test_nbest_sampling_and_greedy(model_dir, monkeypatch, capsysbinary):
         "--device",
         "cpu",
         "a man",
+        capsys=capsysbinary,
     )
     assert code == 0 and len(out.splitlines()) == 1, err
 
@@ -345,18 +328,17 @@ def test_user_errors_exit_2_with_one_line(model_dir, monkeypatch, capsysbinary):
         (("-i", "/no/such/file"), b"", "no such file"),
     ]
     for extra, stdin, message in cases:
-        code, out, err = run_main(monkeypatch, capsysbinary, "translate", "-m", model_dir, *extra, stdin=stdin)
+        code, out, err = run_cli("translate", "-m", model_dir, *extra, input=stdin, capsys=capsysbinary)
         assert code == 2, (extra, err)
         assert err.startswith("error: ") and message in err and "Traceback" not in err, (extra, err)
-    code, out, err = run_main(
-        monkeypatch,
-        capsysbinary,
+    code, out, err = run_cli(
         "translate",
         "-m",
         model_dir,
         "--on-long",
         "skip",
-        stdin=b"a dog\n" + long.encode() + b"\n",
+        input=b"a dog\n" + long.encode() + b"\n",
+        capsys=capsysbinary,
     )
     assert code == 0 and out.split(b"\n")[1] == b"" and "stdin line 2:" in err and "skipped" in err
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-from helpers import REPO_ROOT, cli_env, cli_here, run_cli, split_corpus
+from helpers import REPO_ROOT, cli_env, run_cli, split_corpus
 
 from aiayn_cli.errors import AiaynError
 from aiayn_cli.evaluation.inputs import read_lines, read_parallel
@@ -122,7 +122,7 @@ def test_printed_table_has_sacrebleu_digits_and_signatures(tmp_path, monkeypatch
         write(tmp_path / "ref.de", REFS),
         write(tmp_path / "r2.de", REFS2),
     )
-    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "-r", ref2, "--width", 3)
+    code, out, err = run_cli("evaluate", "-i", hyp, "-r", ref, "-r", ref2, "--width", 3, capsys=capsys)
     assert code == 0, err
     rows = {}
     for line in out.splitlines():
@@ -297,7 +297,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
 def test_bad_inputs_give_one_line_and_exit_2(tmp_path, monkeypatch, capsys, case):
     args, must_mention = _bad_inputs(tmp_path)[case]
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    code, out, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+    code, out, err = run_cli("evaluate", *args, capsys=capsys)
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
@@ -333,9 +333,7 @@ def test_ragged_references_are_rejected():
 def test_json_output_and_atomic_write(tmp_path, monkeypatch, capsys):
     hyp, ref = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS)
     out_json = tmp_path / "scores.json"
-    code, out, err = cli_here(
-        monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf", "--json", out_json
-    )
+    code, out, err = run_cli("evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf", "--json", out_json, capsys=capsys)
     assert code == 0, err
     data = json.loads(out_json.read_text(encoding="utf-8"))
     assert list(data["scores"]) == ["chrf"]
@@ -483,8 +481,8 @@ def test_multi30k_val_references(multi30k_dir, tmp_path, monkeypatch, capsys):
     ]
     hyp_path = write(tmp_path / "perturbed.de", perturbed)
     out_json = tmp_path / "val.json"
-    code, out, err = cli_here(
-        monkeypatch, capsys, "evaluate", "-i", hyp_path, "-r", ref_path, "--json", out_json, "--paper-bleu"
+    code, out, err = run_cli(
+        "evaluate", "-i", hyp_path, "-r", ref_path, "--json", out_json, "--paper-bleu", capsys=capsys
     )
     assert code == 0, err
     results = json.loads(out_json.read_text(encoding="utf-8"))
@@ -504,9 +502,7 @@ def test_references_from_a_data_split(tmp_path, monkeypatch, capsys):
     data, _, targets = split_corpus(tmp_path)
     hyps = [t if i % 3 else "w5 w6" for i, t in enumerate(targets)]
     (tmp_path / "hyp.de").write_text("\n".join(hyps) + "\n")
-    code, out, err = cli_here(
-        monkeypatch,
-        capsys,
+    code, out, err = run_cli(
         "evaluate",
         "-i",
         tmp_path / "hyp.de",
@@ -520,6 +516,7 @@ def test_references_from_a_data_split(tmp_path, monkeypatch, capsys):
         "test",
         "--json",
         tmp_path / "out.json",
+        capsys=capsys,
     )
     assert code == 0, err
     expected = sacrebleu.corpus_bleu(hyps, [targets])
@@ -536,9 +533,7 @@ def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
 
     data, sources, targets = split_corpus(tmp_path)
     model = save_tiny_model(tmp_path / "model")
-    code, _, err = cli_here(
-        monkeypatch,
-        capsys,
+    code, _, err = run_cli(
         "evaluate",
         "--model",
         model,
@@ -556,6 +551,7 @@ def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
         tmp_path / "hyp.de",
         "--json",
         tmp_path / "out.json",
+        capsys=capsys,
     )
     assert code == 0, err
     hyps = (tmp_path / "hyp.de").read_text().splitlines()
@@ -582,7 +578,7 @@ def test_split_mode_bad_inputs(tmp_path, monkeypatch, capsys):
         (["--data-dir", data, "-s", "en", "-t", "de"], "either --hypotheses"),
     ]
     for args, phrase in cases:
-        code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+        code, _, err = run_cli("evaluate", *args, capsys=capsys)
         assert code == 2 and phrase in err, (args, err)
 
 
@@ -612,14 +608,14 @@ def test_the_models_recipe_names_the_languages_of_the_split(tmp_path, monkeypatc
     data, _, _ = split_corpus(tmp_path)
     model = save_tiny_model(tmp_path / "model")
     args = ["--model", model, "--precision", "fp32", "--data-dir", data, "--split", "test"]
-    code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+    code, _, err = run_cli("evaluate", *args, capsys=capsys)
     assert code == 2 and "--source-lang and --target-lang are required" in err
     (model / "recipe.yaml").write_text("data:\n  source_lang: en\n  target_lang: de\n")
-    code, out, err = cli_here(monkeypatch, capsys, "evaluate", *args, "--json", tmp_path / "out.json")
+    code, out, err = run_cli("evaluate", *args, "--json", tmp_path / "out.json", capsys=capsys)
     assert code == 0, err
     assert json.loads((tmp_path / "out.json").read_text())["num_segments"] == 20
     (tmp_path / "hyp.de").write_text("w1\n" * 20)
-    code, _, err = cli_here(monkeypatch, capsys, "evaluate", "-i", tmp_path / "hyp.de", "--data-dir", data)
+    code, _, err = run_cli("evaluate", "-i", tmp_path / "hyp.de", "--data-dir", data, capsys=capsys)
     assert code == 2 and "--source-lang and --target-lang are required" in err
 
 
@@ -666,7 +662,7 @@ def test_bleu_on_lowercased_tokenized_text_as_papers_on_multi30k_report_it():
 
 def test_evaluate_reports_the_lowercased_tokenized_bleu_labelled(tmp_path, monkeypatch, capsys):
     hyp, ref = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS)
-    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--json", tmp_path / "o.json")
+    code, out, err = run_cli("evaluate", "-i", hyp, "-r", ref, "--json", tmp_path / "o.json", capsys=capsys)
     assert code == 0, err
     saved = json.loads((tmp_path / "o.json").read_text())["scores"]
     assert saved["bleu_lc"]["name"] == "BLEU lowercased, tokenized" and saved["bleu_lc"]["lang"] == "de"
@@ -676,9 +672,9 @@ def test_evaluate_reports_the_lowercased_tokenized_bleu_labelled(tmp_path, monke
     assert "+ BLEU on lowercased, Moses-tokenized text (tokenizer -l de, multi-bleu -lc)" in out
     # The language unknown (no suffix it names): said on stderr, not guessed; --metrics without sacrebleu: none.
     hyp_txt, ref_txt = write(tmp_path / "hyp.txt", HYPS), write(tmp_path / "ref.txt", REFS)
-    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp_txt, "-r", ref_txt)
+    code, out, err = run_cli("evaluate", "-i", hyp_txt, "-r", ref_txt, capsys=capsys)
     assert code == 0 and "lowercased" not in out and "the references' language is unknown (give --lang" in err
-    code, out, _ = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp_txt, "-r", ref_txt, "--lang", "de")
+    code, out, _ = run_cli("evaluate", "-i", hyp_txt, "-r", ref_txt, "--lang", "de", capsys=capsys)
     assert code == 0 and "BLEU lowercased, tokenized +" in out
-    code, out, err = cli_here(monkeypatch, capsys, "evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf")
+    code, out, err = run_cli("evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf", capsys=capsys)
     assert code == 0 and "lowercased" not in out + err

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_here, save_tiny_model
+from helpers import run_cli, save_tiny_model
 
 from aiayn_cli import AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator
@@ -156,9 +156,10 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, 
         "--split",
         "validation",
     ]
-    code, _, err = cli_here(
-        monkeypatch, capsys, "evaluate", *args, "--length-penalty-grid", "0,2", "--save-length-penalty",
+    code, _, err = run_cli(
+        "evaluate", *args, "--length-penalty-grid", "0,2", "--save-length-penalty",
         "-o", tmp_path / "hyp.de", "--json", tmp_path / "out.json",
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     assert f"alpha 2, chosen on {len(sources)} validation sentences" in err
@@ -174,7 +175,7 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, 
     assert after == before
     # without --save-length-penalty the folder is left alone
     (folder / "generation_config.json").write_text(json.dumps({**before, "length_penalty": 0.6}))
-    code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args, "--length-penalty-grid", "0,2")
+    code, _, err = run_cli("evaluate", *args, "--length-penalty-grid", "0,2", capsys=capsys)
     assert code == 0, err
     assert json.loads((folder / "generation_config.json").read_text())["length_penalty"] == 0.6
 
@@ -198,13 +199,13 @@ def test_evaluate_grid_bad_options_give_one_line(model_folder, tmp_path, monkeyp
         (["--length-penalty-grid", "1"], "--length-penalty-grid needs --model and data options"),
     ]  # fmt: skip
     for args, phrase in cases:
-        code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+        code, _, err = run_cli("evaluate", *args, capsys=capsys)
         assert code == 2, (args, err)
         assert err.startswith("error: ") and err.count("\n") == 1, err
         assert phrase in err, (args, err)
     assert json.loads((model_folder / "generation_config.json").read_text())["length_penalty"] == 0.6
     # choosing on the test split works, with a warning that its score is then optimistic
     args = ["--model", model_folder, *split[:-1], "test", "--length-penalty-grid", "0.6,1"]
-    code, _, err = cli_here(monkeypatch, capsys, "evaluate", *args)
+    code, _, err = run_cli("evaluate", *args, capsys=capsys)
     assert code == 0, err
     assert "warning: choosing alpha on the test split makes its score optimistic" in err

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import yaml
-from helpers import cli_here, run_cli, save_tiny_model
+from helpers import run_cli, save_tiny_model
 
 from aiayn_cli.evaluation.scoring import score
 
@@ -46,9 +46,7 @@ def front_matter(readme: str) -> dict:
 
 def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "staged"
-    code, stdout, stderr = cli_here(
-        monkeypatch,
-        capsys,
+    code, stdout, stderr = run_cli(
         "push",
         "-m",
         run_dir / "averaged",
@@ -63,6 +61,7 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys)
         "test2016",
         "--dataset",
         "bentrevett/multi30k",
+        capsys=capsys,
     )
     assert code == 0, stderr
     names = {p.name for p in out.iterdir()}
@@ -89,9 +88,10 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys)
 
 def test_model_card_metadata_parses(run_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "staged"
-    code, _, err = cli_here(
-        monkeypatch, capsys, "push", "-m", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run",
+    code, _, err = run_cli(
+        "push", "-m", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run",
         "--output-dir", out, "--eval-json", run_dir / "eval.json", "--dataset", "multi30k",
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     readme = (out / "README.md").read_text()
@@ -181,9 +181,10 @@ def test_upload_goes_through_huggingface_hub_and_never_shows_the_token(run_dir, 
             return "https://huggingface.co/someone/x/commit/abc"
 
     monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
-    code, out, err = cli_here(
-        monkeypatch, capsys, "push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--private",
+    code, out, err = run_cli(
+        "push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--private",
         "--revision", "v1", "--commit-message", "first", "--token", SECRET,
+        capsys=capsys,
     )  # fmt: skip
     output = out + err
     assert code == 0, output
@@ -217,8 +218,8 @@ def test_permission_errors_are_one_line(run_dir, monkeypatch, capsys, status, ph
             raise HfHubHTTPError(f"{status} error for {SECRET}", response=response)
 
     monkeypatch.setattr("huggingface_hub.HfApi", RefusingApi)
-    code, out, err = cli_here(
-        monkeypatch, capsys, "push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET
+    code, out, err = run_cli(
+        "push", "-m", run_dir / "averaged", "--repo-id", "someone/x", "--token", SECRET, capsys=capsys
     )
     output = out + err
     lines = [line for line in output.splitlines() if line.strip()]
@@ -284,7 +285,7 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
     cases.append((["push", "-m", no_tokenizer, "--repo-id", "a/b", "--dry-run"], "no tokenizer"))
     capsys.readouterr()  # what saving the model printed (progress bars, where no CLI call has turned them off yet)
     for args, phrase in cases:
-        code, _, err = cli_here(monkeypatch, capsys, *args)
+        code, _, err = run_cli(*args, capsys=capsys)
         assert code == 2, (args, err)
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and phrase in lines[0], (args, err)
@@ -295,5 +296,5 @@ def test_tokenizer_that_does_not_match_the_model(tmp_path, monkeypatch, capsys):
     from helpers import word_level_tokenizer
 
     word_level_tokenizer(60).save_pretrained(folder)
-    code, _, err = cli_here(monkeypatch, capsys, "push", "-m", folder, "--repo-id", "a/b", "--dry-run")
+    code, _, err = run_cli("push", "-m", folder, "--repo-id", "a/b", "--dry-run", capsys=capsys)
     assert code == 2 and "vocab_size" in err

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 from attention_models import REFERENCES, SENTENCES, subword_model_dir
-from helpers import cli_here
+from helpers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +17,10 @@ def model_dir():
 
 def test_files_in_every_format(model_dir, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
-    code, _, err = cli_here(
-        monkeypatch, capsys, "attention", "-m", model_dir, *SENTENCES[:2], "-o", out,
+    code, _, err = run_cli(
+        "attention", "-m", model_dir, *SENTENCES[:2], "-o", out,
         "-f", "png", "-f", "html", "-f", "text", "-f", "json", "-f", "align", "--layer", "2", "--mean-heads",
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
@@ -33,9 +34,10 @@ def test_files_in_every_format(model_dir, tmp_path, capsys, monkeypatch):
 
 
 def test_text_to_stdout_with_a_reference_words_and_no_eos(model_dir, capsys, monkeypatch):
-    code, out, err = cli_here(
-        monkeypatch, capsys, "attention", "-m", model_dir, SENTENCES[0], "--reference", REFERENCES[0],
+    code, out, err = run_cli(
+        "attention", "-m", model_dir, SENTENCES[0], "--reference", REFERENCES[0],
         "--kind", "cross", "--layer", "1", "--head", "2", "--words", "--hide-eos",
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     assert "reference (teacher forcing): " + REFERENCES[0] in out
@@ -118,7 +120,7 @@ def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, ca
     output = {"unwritable": blocker / "out", "no folder": tmp_path / "missing" / "out"}.get(case, out)
     if case == "unwritable":
         output = blocker  # -o names an existing file
-    code, stdout, err = cli_here(monkeypatch, capsys, "attention", *args, "-o", output)
+    code, stdout, err = run_cli("attention", *args, "-o", output, capsys=capsys)
     assert code == 2
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
@@ -127,9 +129,9 @@ def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, ca
 
 
 def test_translate_alignment_appends_word_links(model_dir, capsys, monkeypatch):
-    code, plain, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, *SENTENCES[:2], "")
+    code, plain, err = run_cli("translate", "-m", model_dir, *SENTENCES[:2], "", capsys=capsys)
     assert code == 0, err
-    code, aligned, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, *SENTENCES[:2], "", "--alignment")
+    code, aligned, err = run_cli("translate", "-m", model_dir, *SENTENCES[:2], "", "--alignment", capsys=capsys)
     assert code == 0, err
     lines = aligned.splitlines()
     assert len(lines) == 3 and lines[2] == " ||| "
@@ -139,9 +141,9 @@ def test_translate_alignment_appends_word_links(model_dir, capsys, monkeypatch):
         pairs = [tuple(map(int, link.split("-"))) for link in links.split()]
         assert {j for _, j in pairs} == set(range(len(text.split())))  # every target word, once
         assert len(pairs) == len(text.split()) and all(i < len(source.split()) for i, _ in pairs)
-    code, _, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, "A dog.", "--alignment", "--nbest", "2")
+    code, _, err = run_cli("translate", "-m", model_dir, "A dog.", "--alignment", "--nbest", "2", capsys=capsys)
     assert code == 2 and "--alignment" in err
-    code, _, err = cli_here(
-        monkeypatch, capsys, "translate", "-m", model_dir, "A dog.", "--alignment-layer", "7", "--alignment"
+    code, _, err = run_cli(
+        "translate", "-m", model_dir, "A dog.", "--alignment-layer", "7", "--alignment", capsys=capsys
     )
     assert code == 2 and "--alignment-layer 7" in err

@@ -17,7 +17,7 @@ from attention_models import REFERENCES, SENTENCES, load, subword_model_dir
 from aiayn_cli.inspection import explain
 from aiayn_cli.inspection.explorer import explorer_html
 
-SCREENSHOT_DIR = Path(os.environ.get("AIAYN_SCREENSHOTS", Path(__file__).resolve().parent / "screenshots"))
+SCREENSHOT_DIR = Path(os.environ.get("AIAYN_SCREENSHOTS", Path(__file__).resolve().parents[1] / "screenshots"))
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

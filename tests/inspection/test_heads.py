@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 from attention_models import subword_model_dir
-from helpers import cli_here, one_thread  # noqa: F401  (the fixture)
+from helpers import run_cli
 
 from aiayn_cli.decoding.translator import Translator
 from aiayn_cli.inspection import explain
@@ -128,9 +128,10 @@ def test_measure_heads_rows_and_the_pruning_rule(six_heads_dir, sample):
 
 def test_the_command_writes_the_table_and_figures(six_heads_dir, data_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "heads"
-    code, stdout, err = cli_here(
-        monkeypatch, capsys, "heads", "-m", six_heads_dir, "--data-dir", data_dir, "-s", "en", "-t", "de",
+    code, stdout, err = run_cli(
+        "heads", "-m", six_heads_dir, "--data-dir", data_dir, "-s", "en", "-t", "de",
         "--sample-size", "4", "--beam", "1", "--importance", "gradient", "-o", out,
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
@@ -164,7 +165,7 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatc
         args = [*args, "-s", "en", "-t", "de"]
     else:
         args = [*args]
-    code, _, err = cli_here(monkeypatch, capsys, *base, *args)
+    code, _, err = run_cli(*base, *args, capsys=capsys)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
@@ -173,9 +174,10 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatc
 def test_an_output_that_is_a_file_is_refused_before_the_work(data_dir, tmp_path, monkeypatch, capsys):
     target = tmp_path / "taken"
     target.write_text("keep me")
-    code, _, err = cli_here(
-        monkeypatch, capsys, "heads", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
+    code, _, err = run_cli(
+        "heads", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
         "-o", target,
+        capsys=capsys,
     )  # fmt: skip
     assert code == 2 and "is a file, not a folder" in err
     assert target.read_text() == "keep me"

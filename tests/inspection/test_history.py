@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 from attention_models import subword_model_dir
-from helpers import cli_here, one_thread  # noqa: F401  (the fixture)
+from helpers import run_cli
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator
@@ -80,9 +80,7 @@ def test_aer_and_pattern_at_each_step_are_those_of_that_checkpoint(run):
 
 def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "over"
-    code, stdout, err = cli_here(
-        monkeypatch, capsys, "attention", "--checkpoints", run, "--sample-size", "3", "-o", out
-    )
+    code, stdout, err = run_cli("attention", "--checkpoints", run, "--sample-size", "3", "-o", out, capsys=capsys)
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == [
         ".aiayn-written.json",
@@ -94,7 +92,7 @@ def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, monke
     assert data["steps"] == [10, 25, 40] and data["aer_pairs"] == 3
     assert data["pattern"]["title"] == "encoder-decoder attention, layer 2, mean of heads"
     assert stdout.startswith("| step | AER layer 1 | AER layer 2 | AER diagonal |")
-    code, stdout, _ = cli_here(monkeypatch, capsys, "attention", "--checkpoints", run, "--sample-size", "2")
+    code, stdout, _ = run_cli("attention", "--checkpoints", run, "--sample-size", "2", capsys=capsys)
     assert code == 0 and stdout.count("\n| ") == 3  # no -o: the table alone, nothing written
 
 
@@ -113,7 +111,7 @@ def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path, monkeypatch, ca
     out = tmp_path / "over"
     if "--checkpoints" not in args:
         args = ["--checkpoints", str(run), *args]
-    code, _, err = cli_here(monkeypatch, capsys, "attention", *args, "--sample-size", "2", "-o", out)
+    code, _, err = run_cli("attention", *args, "--sample-size", "2", "-o", out, capsys=capsys)
     assert code == 2, err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()

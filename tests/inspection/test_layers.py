@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from attention_models import subword_model_dir
-from helpers import cli_here, one_thread  # noqa: F401  (the fixture)
+from helpers import run_cli
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.decoding.translator import Translator
@@ -88,9 +88,10 @@ def test_one_sentence_layer_by_layer(translator):
 
 def test_the_command_writes_the_table_figures_and_aer_per_layer(data_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "layers"
-    code, stdout, err = cli_here(
-        monkeypatch, capsys, "layers", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
+    code, stdout, err = run_cli(
+        "layers", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
         "--sample-size", "6", "-o", out,
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == [
@@ -116,9 +117,10 @@ def test_the_command_writes_the_table_figures_and_aer_per_layer(data_dir, tmp_pa
 )
 def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatch, capsys, args, message):
     out = tmp_path / "layers"
-    code, _, err = cli_here(
-        monkeypatch, capsys, "layers", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
+    code, _, err = run_cli(
+        "layers", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
         "-o", out, *args,
+        capsys=capsys,
     )  # fmt: skip
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
@@ -129,7 +131,7 @@ def test_a_sentence_as_translate_and_attention_take_it(translator, tmp_path, mon
     model's own translation (fp32), and the table is of that sentence alone."""
     sentence = "The small dog sees a red ball."
     out = tmp_path / "layers"
-    code, stdout, err = cli_here(monkeypatch, capsys, "layers", "-m", subword_model_dir(), sentence, "-o", out)
+    code, stdout, err = run_cli("layers", "-m", subword_model_dir(), sentence, "-o", out, capsys=capsys)
     assert code == 0, err
     data = json.loads((out / "layers.json").read_text())
     assert data["sentence"]["source"] == sentence
@@ -140,9 +142,10 @@ def test_a_sentence_as_translate_and_attention_take_it(translator, tmp_path, mon
 
 def test_a_sentence_with_a_data_split_is_the_one_shown(data_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "layers"
-    code, _, err = cli_here(
-        monkeypatch, capsys, "layers", "-m", subword_model_dir(), "A red ball.", "--reference", "Ein roter Ball.",
+    code, _, err = run_cli(
+        "layers", "-m", subword_model_dir(), "A red ball.", "--reference", "Ein roter Ball.",
         "--data-dir", data_dir, "-s", "en", "-t", "de", "--sample-size", "3", "-o", out,
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     data = json.loads((out / "layers.json").read_text())
@@ -159,6 +162,6 @@ def test_a_sentence_with_a_data_split_is_the_one_shown(data_dir, tmp_path, monke
 )
 def test_no_sentence_or_two_is_one_line(tmp_path, monkeypatch, capsys, args, message):
     out = tmp_path / "layers"
-    code, _, err = cli_here(monkeypatch, capsys, "layers", "-m", subword_model_dir(), "-o", out, *args)
+    code, _, err = run_cli("layers", "-m", subword_model_dir(), "-o", out, *args, capsys=capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()

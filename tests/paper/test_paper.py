@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from corpora import invoke
-from helpers import REPO_ROOT, save_tiny_model
+from helpers import REPO_ROOT, run_cli, save_tiny_model
 
 from aiayn_cli.paper import complexity, normalization, positions, run_topic, scaling
 
@@ -194,9 +193,10 @@ def test_teacher_forced_choices_are_the_logits_argmax_and_free_running_is_transl
 
     model_dir = save_tiny_model(tmp_path / "model", seed=3)
     source, target = "w5 w9 w11 w7", "w20 w21 w22"
-    code, out, err = invoke(
-        capsys, "paper", "teacher-forcing", "--model", model_dir, "--source", source, "--target", target,
+    code, out, err = run_cli(
+        "paper", "teacher-forcing", "--model", model_dir, "--source", source, "--target", target,
         "-o", tmp_path / "out",
+        capsys=capsys,
     )  # fmt: skip
     assert code == 0, err
     assert "what to notice" in out and (tmp_path / "out" / "teacher_forcing.png").is_file()
@@ -210,7 +210,9 @@ def test_teacher_forced_choices_are_the_logits_argmax_and_free_running_is_transl
     assert comparison.decoder_input == decoder_input_ids[0].tolist()
     assert comparison.forced == logits.argmax(-1)[0].tolist()
 
-    code, out, err = invoke(capsys, "translate", "--model", model_dir, "--beam", "1", "--precision", "fp32", source)
+    code, out, err = run_cli(
+        "translate", "--model", model_dir, "--beam", "1", "--precision", "fp32", source, capsys=capsys
+    )
     assert code == 0, err
     assert comparison.translation == out.strip() != ""
     assert comparison.free[:-1] == tokenizer(comparison.translation, add_special_tokens=False)["input_ids"]
@@ -248,7 +250,7 @@ def test_layer_norm_ignores_the_batch_and_batch_norm_does_not(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
-    code, _, err = invoke(capsys, *args, "-o", tmp_path / "out")
+    code, _, err = run_cli(*args, "-o", tmp_path / "out", capsys=capsys)
     assert code == 2
     assert err.count("\n") == 1 and message in err
 
@@ -256,7 +258,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
 def test_an_output_folder_that_cannot_be_written_is_one_line_and_exit_2(capsys, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    code, _, err = invoke(capsys, "paper", "positions", "-o", blocker / "figures")
+    code, _, err = run_cli("paper", "positions", "-o", blocker / "figures", capsys=capsys)
     assert code == 2 and err.count("\n") == 1 and str(blocker / "figures") in err
 
 

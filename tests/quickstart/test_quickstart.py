@@ -13,7 +13,7 @@ import re
 
 import pytest
 import sacrebleu
-from helpers import REPO_ROOT, cli_here
+from helpers import REPO_ROOT, run_cli
 
 from aiayn_cli.quickstart.lexicon import NOUNS, VERBS
 from aiayn_cli.quickstart.pipeline import run_quickstart
@@ -112,18 +112,18 @@ def test_quickstart_refuses_a_non_empty_folder(tmp_path, monkeypatch, capsys):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "keep.txt").write_text("mine")
     for overwrite in ([], ["--overwrite"]):  # a folder holding anything but a quickstart's is never used
-        code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs", *overwrite)
+        code, _, err = run_cli("quickstart", "-o", tmp_path / "qs", *overwrite, capsys=capsys)
         assert code == 2 and "holds files that are not part of a quickstart (e.g. keep.txt)" in err, err
     assert (tmp_path / "qs" / "keep.txt").read_text() == "mine"
     (tmp_path / "qs" / "keep.txt").unlink()
     (tmp_path / "qs" / "test.hyp.de").write_text("an earlier quickstart's\n")
-    code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs")
+    code, _, err = run_cli("quickstart", "-o", tmp_path / "qs", capsys=capsys)
     assert code == 2 and "exists and holds a quickstart; pass --overwrite to replace it" in err, err
 
 
 @pytest.mark.parametrize("minutes", ["0", "-1", "nan", "inf"])
 def test_quickstart_refuses_an_impossible_budget_before_writing(tmp_path, monkeypatch, capsys, minutes):
-    code, _, err = cli_here(monkeypatch, capsys, "quickstart", "-o", tmp_path / "qs", "--minutes", minutes)
+    code, _, err = run_cli("quickstart", "-o", tmp_path / "qs", "--minutes", minutes, capsys=capsys)
     assert code == 2 and err.startswith("error: --minutes must be a positive number") and err.count("\n") == 1, err
     assert not (tmp_path / "qs").exists()
 

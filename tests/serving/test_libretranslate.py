@@ -13,7 +13,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from helpers import (
-    cli_here,  # noqa: E402
+    run_cli,  # noqa: E402
     sentences,  # noqa: E402
 )
 from helpers import save_varied_model as saved_model  # noqa: E402
@@ -40,7 +40,7 @@ def server(model_dir):
 
 
 def aiayn_translate(monkeypatch, capsys, model_dir, inputs: list[str]) -> list[str]:
-    code, out, err = cli_here(monkeypatch, capsys, "translate", "-m", model_dir, "--precision", "fp32", *inputs)
+    code, out, err = run_cli("translate", "-m", model_dir, "--precision", "fp32", *inputs, capsys=capsys)
     assert code == 0, err
     return out.splitlines()
 

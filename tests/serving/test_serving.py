@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from helpers import cli_here, run_cli, save_tiny_model  # noqa: E402
+from helpers import run_cli, save_tiny_model  # noqa: E402
 from live_server import get, post, random_sentences, serve_in_subprocess, serve_in_thread  # noqa: E402
 
 from aiayn_cli.decoding.translator import Translator  # noqa: E402
@@ -253,5 +253,5 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2(model_dir):
 
 
 def test_serve_refuses_an_unknown_log_level_before_loading(monkeypatch, capsys, tmp_path):
-    code, _, err = cli_here(monkeypatch, capsys, "serve", "--model", tmp_path / "none", "--log-level", "loud")
+    code, _, err = run_cli("serve", "--model", tmp_path / "none", "--log-level", "loud", capsys=capsys)
     assert code == 2 and err.startswith("error: --log-level must be one of") and err.count("\n") == 1, err

@@ -26,7 +26,7 @@ from aiayn_cli.serving.limits import Limits  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-SCREENSHOT_DIR = Path(os.environ.get("AIAYN_SCREENSHOTS", Path(__file__).resolve().parent / "screenshots"))
+SCREENSHOT_DIR = Path(os.environ.get("AIAYN_SCREENSHOTS", Path(__file__).resolve().parents[1] / "screenshots"))
 SENTENCE = "w5 w17 w3 w40 w8"
 LIMITS = Limits(max_chars=60, attention_max_tokens=12, max_body_bytes=4000)
 

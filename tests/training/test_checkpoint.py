@@ -185,14 +185,14 @@ def test_a_truncated_optimizer_state_is_named(tmp_path):
 
 
 def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
-    from helpers import cli_here
+    from helpers import run_cli
 
     run = tmp_path / "run"
     for step, seed in ((10, 1), (20, 2), (30, 3)):
         folder = run / f"checkpoint-{step}"
         _model(seed).save_pretrained(folder)
         (folder / "trainer_state.json").write_text(json.dumps({"step": step}))
-    code, out, err = cli_here(monkeypatch, capsys, "average", run, "--last", "2", "-o", tmp_path / "avg")
+    code, out, err = run_cli("average", run, "--last", "2", "-o", tmp_path / "avg", capsys=capsys)
     assert code == 0, err
     assert "checkpoint-20, checkpoint-30" in out
     expected = average_checkpoints([run / "checkpoint-20", run / "checkpoint-30"])
@@ -202,7 +202,7 @@ def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
     name = "model.shared.weight"
     assert torch.allclose(got[name], (w20[name] + w30[name]) / 2, atol=1e-7)
     assert "not chosen on validation: --choose" in err  # a plain average says it did not choose
-    code, _, err = cli_here(monkeypatch, capsys, "average", run, "--last", "2", "-o", tmp_path / "avg")
+    code, _, err = run_cli("average", run, "--last", "2", "-o", tmp_path / "avg", capsys=capsys)
     assert code == 2 and "exists and holds a model folder; pass --overwrite" in err
     # --choose needs the run's recipe (its validation split) and --last; --data-dir is --choose's
     for args, message in (
@@ -210,6 +210,6 @@ def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
         ((run / "checkpoint-20", run / "checkpoint-30", "--choose"), "--choose and --data-dir take a run folder"),
         ((run, "--last", "2", "--data-dir", tmp_path), "--data-dir is for --choose"),
     ):
-        code, _, err = cli_here(monkeypatch, capsys, "average", *args, "-o", tmp_path / "chosen")
+        code, _, err = run_cli("average", *args, "-o", tmp_path / "chosen", capsys=capsys)
         assert code == 2 and message in err and err.count("\n") == 1, err
         assert not (tmp_path / "chosen").exists()

@@ -257,7 +257,7 @@ def test_every_field_is_documented():
         assert set(docs) == {f.name for f in dataclasses.fields(cls)}
 
 
-RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.name for p in RECIPES])
@@ -306,7 +306,7 @@ checkpoint_every_minutes: 10
     ],
 )
 def test_shipped_paper_recipes_hold_table_3(name, d_model, dropout, steps, average, pair):
-    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / name)
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / name)
     config = recipe.model.to_config(37000)
     assert (config.d_model, config.dropout, config.num_encoder_layers) == (d_model, dropout, 6)
     assert (recipe.max_steps, recipe.average_last, recipe.checkpoint_every_minutes) == (steps, average, 10.0)
@@ -356,7 +356,7 @@ def test_the_gpu_recipe_averages_several_checkpoints_of_its_cooldown():
     """`multi30k_en_de_gpu`: the checkpoints that may be averaged at the end are several, kept, and all
     in the last lr_cooldown of the 5 minutes (where the rate falls to 0), not minutes apart."""
 
-    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "multi30k_en_de_gpu.yaml")
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "multi30k_en_de_gpu.yaml")
     spacing, budget = recipe.checkpoint_every_minutes * 60, parse_duration(recipe.max_time)
     assert recipe.average_last >= 4 and recipe.keep_last >= recipe.average_last
     assert recipe.average_last * spacing <= recipe.lr_cooldown * budget

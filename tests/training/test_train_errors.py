@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, one_error_line, run_cli
-from helpers import cli_here as aiayn
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
 
@@ -37,15 +36,15 @@ def test_unknown_key_in_a_subprocess(tmp_path):
 
 def test_missing_key(monkeypatch, capsys, tmp_path):
     text = "\n".join(line for line in TINY.read_text().splitlines() if not line.startswith("tokenizer:"))
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", _recipe(tmp_path, text))[::2])
+    line = one_error_line(*run_cli("train", _recipe(tmp_path, text), capsys=capsys)[::2])
     assert "missing required key 'tokenizer'" in line
 
 
 def test_wrong_type(monkeypatch, capsys, tmp_path):
     path = _recipe(tmp_path, TINY.read_text().replace("max_tokens: 512", "max_tokens: many"))
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", path)[::2])
+    line = one_error_line(*run_cli("train", path, capsys=capsys)[::2])
     assert "'max_tokens' must be a valid integer, got 'many'" in line
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "--set", "model.dropout=high")[::2])
+    line = one_error_line(*run_cli("train", TINY, "--set", "model.dropout=high", capsys=capsys)[::2])
     assert "--set model.dropout: 'model.dropout' must be a valid number" in line
 
 
@@ -55,19 +54,17 @@ def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, token
     out = tmp_path / "run"
     save_recipe(load_recipe(TINY, {"output_dir": str(out), "tokenizer": str(tokenizer)}), out / "recipe.yaml")
     line = one_error_line(
-        *aiayn(monkeypatch, capsys, "train", TINY, "-o", out, "--tokenizer", tokenizer, "--seed", "7")[::2]
+        *run_cli("train", TINY, "-o", out, "--tokenizer", tokenizer, "--seed", "7", capsys=capsys)[::2]
     )
     assert f"output folder {out} holds a different run (seed: 1 -> 7)" in line
     # a folder of other files
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    line = one_error_line(*aiayn(monkeypatch, capsys, "train", TINY, "-o", other, "--tokenizer", tokenizer)[::2])
+    line = one_error_line(*run_cli("train", TINY, "-o", other, "--tokenizer", tokenizer, capsys=capsys)[::2])
     assert "is not empty and holds no aiayn run" in line
     line = one_error_line(
-        *aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "new", "--tokenizer", tokenizer, "--resume", other)[
-            ::2
-        ]
+        *run_cli("train", TINY, "-o", tmp_path / "new", "--tokenizer", tokenizer, "--resume", other, capsys=capsys)[::2]
     )
     assert "not a complete checkpoint" in line
 
@@ -77,9 +74,7 @@ def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, 
 
     size = len(AutoTokenizer.from_pretrained(tokenizer))
     line = one_error_line(
-        *aiayn(
-            monkeypatch,
-            capsys,
+        *run_cli(
             "train",
             TINY,
             "-o",
@@ -88,6 +83,7 @@ def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, 
             tokenizer,
             "--set",
             "model.vocab_size=1000",
+            capsys=capsys,
         )[::2]
     )
     assert f"the tokenizer {tokenizer} has {size} tokens but model.vocab_size is 1000" in line
@@ -105,27 +101,26 @@ def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, 
     )
     other.save_pretrained(tmp_path / "other-tok")
     line = one_error_line(
-        *aiayn(monkeypatch, capsys, "train", TINY, "-o", tmp_path / "b", "--tokenizer", tmp_path / "other-tok")[::2]
+        *run_cli("train", TINY, "-o", tmp_path / "b", "--tokenizer", tmp_path / "other-tok", capsys=capsys)[::2]
     )
     assert "has pad id 3, but the model expects 0" in line
     line = one_error_line(
-        *aiayn(
-            monkeypatch,
-            capsys,
+        *run_cli(
             "train",
             TINY,
             *("-o", tmp_path / "c", "--tokenizer", tmp_path / "missing", "--set", "tokenizer_training=null"),
+            capsys=capsys,
         )[::2]
     )
     assert line == f"error: {tmp_path / 'missing'}: no such tokenizer folder"  # not "Repo id must be ..."
 
 
 def test_average_errors(monkeypatch, capsys, tmp_path):
-    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, "--last", "5", "-o", tmp_path / "x")[::2])
+    line = one_error_line(*run_cli("average", tmp_path, "--last", "5", "-o", tmp_path / "x", capsys=capsys)[::2])
     assert "holds no checkpoints" in line
     line = one_error_line(
-        *aiayn(monkeypatch, capsys, "average", tmp_path, tmp_path, "--last", "5", "-o", tmp_path / "x")[::2]
+        *run_cli("average", tmp_path, tmp_path, "--last", "5", "-o", tmp_path / "x", capsys=capsys)[::2]
     )
     assert "--last takes one run folder" in line
-    line = one_error_line(*aiayn(monkeypatch, capsys, "average", tmp_path, "-o", tmp_path / "x")[::2])
+    line = one_error_line(*run_cli("average", tmp_path, "-o", tmp_path / "x", capsys=capsys)[::2])
     assert "no model.safetensors" in line

@@ -11,15 +11,13 @@ import sys
 
 import pytest
 from helpers import REPO_ROOT, cli_env, run_cli
-from training_task import (  # noqa: F401  (task, uninterrupted: fixtures)
+from training_task import (
     RESUME_FLAGS,
     TINY,
     max_difference,
     signal_when,
     start_training,
-    task,
     train_args,
-    uninterrupted,
     weights,
     write_dictionary_task,
 )

@@ -17,17 +17,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_here as aiayn
 from helpers import one_error_line, run_cli
-from training_task import (  # noqa: F401  (task, uninterrupted: fixtures)
+from training_task import (
     RESUME_FLAGS,
     TINY,
     max_difference,
     signal_when,
     start_training,
-    task,
     train_args,
-    uninterrupted,
     weights,
     write_dictionary_task,
 )
@@ -55,7 +52,7 @@ def test_a_checkpoint_holding_a_pickle_is_refused_and_never_loaded(monkeypatch, 
     checkpoint = _fake_checkpoint(tmp_path / "elsewhere" / "checkpoint-10")
     (checkpoint / name).write_bytes(pickle.dumps(_WritesAFile(marker)))
     args = ["train", TINY, "--output-dir", tmp_path / "run", "--resume", checkpoint]
-    line = one_error_line(*aiayn(monkeypatch, capsys, *args)[::2])
+    line = one_error_line(*run_cli(*args, capsys=capsys)[::2])
     assert line.startswith(f"error: {checkpoint / name}: a pickle in a checkpoint") and "refused" in line
     assert not marker.exists()
     pickle.loads((checkpoint / name).read_bytes())  # the payload does write the file when unpickled
@@ -82,7 +79,7 @@ def _last_error_line(code: int, err: str) -> str:
 def test_resuming_over_other_training_data_is_refused(monkeypatch, capsys, task, tmp_path):
     data = shutil.copytree(task["data"], tmp_path / "data")
     out = tmp_path / "run"
-    code, _, err = aiayn(monkeypatch, capsys, *_quick_args(data, task["tokenizer"], out, 4))
+    code, _, err = run_cli(*_quick_args(data, task["tokenizer"], out, 4), capsys=capsys)
     assert code == 0, err
     umask = os.umask(0)
     os.umask(umask)
@@ -90,11 +87,11 @@ def test_resuming_over_other_training_data_is_refused(monkeypatch, capsys, task,
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # the umask's mode, not mkstemp's 0600
     write_dictionary_task(data, n_train=300, seed=7)  # the same paths, other sentences
     before = sorted(p.name for p in out.iterdir())
-    line = _last_error_line(*aiayn(monkeypatch, capsys, *_quick_args(data, task["tokenizer"], out, 6))[::2])
+    line = _last_error_line(*run_cli(*_quick_args(data, task["tokenizer"], out, 6), capsys=capsys)[::2])
     assert f"{out / 'checkpoint-4'} was trained on other data" in line and "--accept-new-data" in line
     assert sorted(p.name for p in out.iterdir()) == before
     args = _quick_args(data, task["tokenizer"], out, 6, "--accept-new-data")
-    code, stdout, err = aiayn(monkeypatch, capsys, *args)
+    code, stdout, err = run_cli(*args, capsys=capsys)
     assert code == 0 and f"resuming from {out / 'checkpoint-4'}" in err and "trained 6 steps" in stdout, err
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["scheduler_steps"] == 6
 
@@ -110,7 +107,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(monk
 
     monkeypatch.setattr(loss, "label_smoothed_cross_entropy", poisoned)
     out = tmp_path / "run"
-    line = _last_error_line(*aiayn(monkeypatch, capsys, *_quick_args(task["data"], task["tokenizer"], out, 6))[::2])
+    line = _last_error_line(*run_cli(*_quick_args(task["data"], task["tokenizer"], out, 6), capsys=capsys)[::2])
     assert line.startswith("error: step 3: the loss is not finite (nan); stopped before applying this update")
     assert f"the last good checkpoint is {out / 'checkpoint-2'}" in line
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
@@ -132,8 +129,8 @@ def test_under_bf16_the_loss_reads_the_bf16_scores_compiled(monkeypatch, capsys,
 
     monkeypatch.setattr(loss, "label_smoothed_cross_entropy", spy(loss.label_smoothed_cross_entropy))
     out = tmp_path / "run"
-    code, _, err = aiayn(
-        monkeypatch, capsys, *_quick_args(task["data"], task["tokenizer"], out, 2, "--set", "mixed_precision=bf16")
+    code, _, err = run_cli(
+        *_quick_args(task["data"], task["tokenizer"], out, 2, "--set", "mixed_precision=bf16"), capsys=capsys
     )
     assert code == 0, err
     assert len(calls) > 2 and set(calls) == {(torch.bfloat16, True)}, calls  # training steps and validation
@@ -379,7 +376,7 @@ def test_fp16_trains_with_dynamic_loss_scaling_and_saves_the_scale(monkeypatch, 
     # (test_gpu_check's fp16 entry runs it on a GPU.)
     out = tmp_path / "run"
     args = _quick_args(task["data"], task["tokenizer"], out, 4, "--set", "mixed_precision=fp16")
-    code, _, err = aiayn(monkeypatch, capsys, *args)
+    code, _, err = run_cli(*args, capsys=capsys)
     assert code == 0, err
     assert "precision: fp16 (asked for)" in err
     scaler = json.loads((out / "checkpoint-4" / "training_state" / "grad_scaler.json").read_text())

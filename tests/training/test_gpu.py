@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import REPO_ROOT, cli_here, run_cli, save_tiny_model
-from training_task import task, train_args, weights  # noqa: F401  (task: a fixture)
+from helpers import REPO_ROOT, run_cli, save_tiny_model
+from training_task import train_args, weights
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 
@@ -89,7 +89,7 @@ RESUME = (
 
 
 @pytest.fixture(scope="module")
-def whole_run(task):  # noqa: F811
+def whole_run(task):
     """12 steps of the tiny recipe on the GPU, as `aiayn train` runs them (its allocator included)."""
     out = task["root"] / "gpu-whole"
     result = run_cli(*train_args(task, out, *RESUME), env=task["env"])
@@ -98,7 +98,7 @@ def whole_run(task):  # noqa: F811
     return out
 
 
-def test_resume_on_cuda_gives_the_uninterrupted_weights(task, whole_run, tmp_path):  # noqa: F811
+def test_resume_on_cuda_gives_the_uninterrupted_weights(task, whole_run, tmp_path):
     shutil.copytree(whole_run / "checkpoint-6", tmp_path / "run" / "checkpoint-6")  # as if stopped at step 6
     shutil.copy(whole_run / "recipe.yaml", tmp_path / "run" / "recipe.yaml")
     resumed = run_cli(*train_args(task, tmp_path / "run", *RESUME), env=task["env"])
@@ -107,7 +107,7 @@ def test_resume_on_cuda_gives_the_uninterrupted_weights(task, whole_run, tmp_pat
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-5
 
 
-def test_fp16_with_dynamic_loss_scaling_trains_and_resumes_on_cuda(task, tmp_path):  # noqa: F811
+def test_fp16_with_dynamic_loss_scaling_trains_and_resumes_on_cuda(task, tmp_path):
     # what `mixed_precision: auto` takes on a GPU without bf16 (T4, V100), forced here: fp16 autocast,
     # accelerate's GradScaler, fused Adam given the scaler's flag; the scale saved and resumed exactly
     whole, part = tmp_path / "whole", tmp_path / "part"
@@ -126,7 +126,7 @@ def test_fp16_with_dynamic_loss_scaling_trains_and_resumes_on_cuda(task, tmp_pat
 
 
 @pytest.mark.skipif(LAUNCHER is None, reason="the accelerate launcher is not installed")
-def test_accelerate_launch_of_one_process_equals_a_plain_run(task, whole_run, tmp_path):  # noqa: F811
+def test_accelerate_launch_of_one_process_equals_a_plain_run(task, whole_run, tmp_path):
     launched = subprocess.run(
         [
             LAUNCHER,
@@ -158,9 +158,7 @@ def test_translate_on_cuda_equals_the_cpu_in_fp32(tmp_path, monkeypatch, capsys)
     outputs = {}
     for device in ("cpu", "cuda"):
         target = tmp_path / f"out.{device}"
-        code, _, err = cli_here(
-            monkeypatch,
-            capsys,
+        code, _, err = run_cli(
             "translate",
             "--model",
             model,
@@ -172,6 +170,7 @@ def test_translate_on_cuda_equals_the_cpu_in_fp32(tmp_path, monkeypatch, capsys)
             device,
             "--precision",
             "fp32",
+            capsys=capsys,
         )
         assert code == 0, err
         outputs[device] = target.read_text().splitlines()
