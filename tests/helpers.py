@@ -52,9 +52,9 @@ def run_cli(
 ) -> CliResult:
     """Run `aiayn ARGS...`: (exit code, stdout, stderr), also as `.returncode`, `.stdout`, `.stderr`.
 
-    With `capsys` (pytest's `capsys`, or `capsysbinary` for stdout as bytes; stderr stays text), in this process, through the
-    console entry point: no seconds of imports per call; for tests that check what a command prints and
-    its exit code. `input` is then stdin. An exception other than `SystemExit` (`--debug`) propagates.
+    With `capsys` (pytest's `capsys`, or `capsysbinary` for stdout as bytes; stderr stays text), in this
+    process, through the console entry point: no seconds of imports per call; for tests that check what a
+    command prints and its exit code. `input` is then stdin. An exception other than `SystemExit` (`--debug`) propagates.
 
     Without, `python -m aiayn_cli ARGS...` in a fresh interpreter (`cli_env()` unless `env`): for tests
     that need a real process (signals, what a fresh interpreter imports, its own environment or folder).

@@ -1,5 +1,6 @@
 """Absurd sizes, wrong types and hostile strings (issue rows 6 to 9): each is one `error:` line naming the
-option or file, a non-zero exit, no traceback, and nothing written. In process (`run_cli(..., capsys=capsys)`), a tiny model."""
+option or file, a non-zero exit, no traceback, and nothing written. In process (`run_cli` with `capsys`),
+a tiny model."""
 
 from __future__ import annotations
 
@@ -39,14 +40,14 @@ def one_error_line(code: int, err: str) -> str:
         (["--nbest", "5000"], "--nbest must be <= 1024"),
     ],
 )
-def test_absurd_decoding_sizes_are_refused_with_the_limit(monkeypatch, capsys, model, args, said):
+def test_absurd_decoding_sizes_are_refused_with_the_limit(capsys, model, args, said):
     """The issue's row 6: --threads 1000000 crashed the process (and starved the machine of threads),
     --beam 1000000 asked for 29 GB, --beam 10^20 overflowed."""
     code, out, err = run_cli("translate", "-m", model, *args, "w5 w6", capsys=capsys)
     assert said in one_error_line(code, err) and out == ""
 
 
-def test_a_model_too_large_for_memory_is_refused_before_anything_is_built(monkeypatch, capsys, tmp_path, data):
+def test_a_model_too_large_for_memory_is_refused_before_anything_is_built(capsys, tmp_path, data):
     """The issue's row 6: --set model.d_ff=1000000000 asked for 256 GB; the estimate names the numbers."""
     out = tmp_path / "run"
     args = ["train", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--output-dir", out]
@@ -64,7 +65,7 @@ def test_a_model_too_large_for_memory_is_refused_before_anything_is_built(monkey
         ("layers", ["--sentence", "SENT", "--reference", "w5", "-o", "OUT"]),
     ],
 )
-def test_a_sentence_argument_with_a_byte_that_is_not_utf8(monkeypatch, capsys, tmp_path, model, command, args):
+def test_a_sentence_argument_with_a_byte_that_is_not_utf8(capsys, tmp_path, model, command, args):
     """The issue's row 7: `aiayn translate $'w5 \\xff'` ended in the tokenizer's TypeError."""
     sentence = b"w5 \xff w6".decode("utf-8", "surrogateescape")  # as Python hands over such an argument
     args = [sentence if a == "SENT" else tmp_path / "out" if a == "OUT" else a for a in args]
@@ -90,7 +91,7 @@ def test_a_sentence_argument_with_a_byte_that_is_not_utf8(monkeypatch, capsys, t
         ),
     ],
 )
-def test_a_model_folder_of_wrong_values_is_named(monkeypatch, capsys, tmp_path, model, file, change, said):
+def test_a_model_folder_of_wrong_values_is_named(capsys, tmp_path, model, file, change, said):
     """The issue's row 7: each of these ended in a traceback from the first layer norm, the weights'
     initialisation or a comparison."""
     import json
@@ -111,7 +112,7 @@ def test_a_model_folder_of_wrong_values_is_named(monkeypatch, capsys, tmp_path, 
         (None, ["--set", ".=1"], "--set .=1: KEY is a recipe key"),
     ],
 )
-def test_recipes_and_sets_that_cannot_be_keys(monkeypatch, capsys, tmp_path, data, recipe_text, sets, said):
+def test_recipes_and_sets_that_cannot_be_keys(capsys, tmp_path, data, recipe_text, sets, said):
     """The issue's rows 7 and 9: a recipe nested 5,000 levels was a RecursionError; `--set .=1` was
     blamed on the recipe file."""
     recipe = "tiny"
@@ -125,7 +126,7 @@ def test_recipes_and_sets_that_cannot_be_keys(monkeypatch, capsys, tmp_path, dat
     assert not out.exists()
 
 
-def test_prepare_names_its_own_flag(monkeypatch, capsys, tmp_path, data, model):
+def test_prepare_names_its_own_flag(capsys, tmp_path, data, model):
     """The issue's row 9: `prepare --num-proc 0` was reported as `--set num_proc`."""
     args = ["prepare", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--tokenizer", model, "--num-proc", "0"]
     code, _, err = run_cli(*args, "--cache-dir", tmp_path / "cache", capsys=capsys)
@@ -144,7 +145,7 @@ def test_set_values_are_yaml_1_2(text, value):
 
 
 @pytest.mark.parametrize("command", ["export", "translate"])
-def test_a_model_name_with_control_characters_is_one_line(monkeypatch, capsys, tmp_path, command):
+def test_a_model_name_with_control_characters_is_one_line(capsys, tmp_path, command):
     """Found by the sweep: a tab and a carriage return in `--model` were the Hub library's traceback
     (online), or a line cut in two by the carriage return."""
     args = [command, "-m", "w5\tw6\rw7", "-o", tmp_path / "out"] + (["w5"] if command == "translate" else [])
@@ -152,7 +153,7 @@ def test_a_model_name_with_control_characters_is_one_line(monkeypatch, capsys, t
     assert "w6\\rw7" in one_error_line(code, err)
 
 
-def test_a_run_folder_named_with_a_byte_that_is_not_utf8(monkeypatch, capsys, tmp_path, data):
+def test_a_run_folder_named_with_a_byte_that_is_not_utf8(capsys, tmp_path, data):
     """Found by the sweep: `train --output-dir` so named trained, then ended in a traceback writing the name."""
     out = tmp_path / b"run\xff".decode("utf-8", "surrogateescape")
     args = ["train", "tiny", "--data-dir", data, "-s", "en", "-t", "de", "--output-dir", out]

@@ -33,7 +33,7 @@ def test_console_script():
     assert result.returncode == 0 and __version__ in result.stdout
 
 
-def test_library_errors_name_keys_and_the_cli_names_flags(tmp_path, monkeypatch, capsys):
+def test_library_errors_name_keys_and_the_cli_names_flags(tmp_path, capsys):
     from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.errors import AiaynError
 

@@ -50,7 +50,7 @@ def damaged(tmp_path: Path, tiny: Path, how: str) -> Path:
 
 
 @pytest.mark.parametrize("how", ["truncated", "garbage"])
-def test_a_damaged_model_is_one_line_everywhere(monkeypatch, capsys, tmp_path, tiny, how):
+def test_a_damaged_model_is_one_line_everywhere(capsys, tmp_path, tiny, how):
     model = damaged(tmp_path, tiny, how)
     line = one_error_line(*run_cli("translate", "-m", model, "w5 w6", capsys=capsys)[::2])
     assert str(model) in line and "damaged or truncated" in line
@@ -76,7 +76,7 @@ def _json_edit(**changes):
     return lambda text: json.dumps({**json.loads(text), **changes})
 
 
-def test_a_model_folder_that_does_not_hold_together_is_one_line_everywhere(monkeypatch, capsys, tmp_path, tiny):
+def test_a_model_folder_that_does_not_hold_together_is_one_line_everywhere(capsys, tmp_path, tiny):
     """A config.json of another size than the weights, a generation_config.json that is not JSON or that
     cannot be decoded with, a tokenizer file that is not JSON: each is named, by every command that loads
     a model, and nothing is written."""
@@ -118,7 +118,7 @@ def _fake_run(run: Path, tiny: Path) -> Path:
     return run
 
 
-def test_a_run_folder_given_as_the_model_names_the_models_it_holds(monkeypatch, capsys, tmp_path, tiny):
+def test_a_run_folder_given_as_the_model_names_the_models_it_holds(capsys, tmp_path, tiny):
     """Every command that takes --model: a training run's folder is not a model, and the line names the
     models in it (RUN/averaged, the last checkpoint), not transformers' "Unrecognized model"."""
     from aiayn_cli.cli.reference import command_options
@@ -150,7 +150,7 @@ def test_a_run_folder_given_as_the_model_names_the_models_it_holds(monkeypatch, 
     assert sorted(p.name for p in tmp_path.iterdir()) == made  # nothing written
 
 
-def test_average_never_replaces_its_inputs_or_a_run(monkeypatch, capsys, tmp_path, tiny):
+def test_average_never_replaces_its_inputs_or_a_run(capsys, tmp_path, tiny):
     run = _fake_run(tmp_path / "run", tiny)
     before = snapshot(run)
     other = tmp_path / "documents"
@@ -179,7 +179,7 @@ def test_average_never_replaces_its_inputs_or_a_run(monkeypatch, capsys, tmp_pat
     ]
 
 
-def test_translate_never_writes_over_its_input(monkeypatch, capsys, tmp_path, tiny):
+def test_translate_never_writes_over_its_input(capsys, tmp_path, tiny):
     source = tmp_path / "x.txt"
     source.write_text("w5 w6\n")
     symlink, hardlink = tmp_path / "link.txt", tmp_path / "hard.txt"
@@ -243,7 +243,7 @@ def test_train_into_a_file_is_refused_before_the_data_is_read(monkeypatch, capsy
     assert output.read_text() == "mine\n"
 
 
-def test_a_run_folder_in_use_is_refused_naming_the_process(monkeypatch, capsys, tmp_path):
+def test_a_run_folder_in_use_is_refused_naming_the_process(capsys, tmp_path):
     from aiayn_cli.training.run_folder import LOCK_FILE, locked_run_folder
 
     output = tmp_path / "run"
@@ -258,7 +258,7 @@ def test_a_run_folder_in_use_is_refused_naming_the_process(monkeypatch, capsys, 
     assert "cannot load the tokenizer" in line and not new.exists()
 
 
-def test_evaluate_drops_a_byte_order_mark(monkeypatch, capsys, tmp_path):
+def test_evaluate_drops_a_byte_order_mark(capsys, tmp_path):
     hypotheses, references = tmp_path / "hyp.de", tmp_path / "ref.de"
     hypotheses.write_bytes("\ufeffEin Hund rennt im Park.\n".encode())
     references.write_text("Ein Hund rennt im Park.\n")
@@ -270,7 +270,7 @@ def test_evaluate_drops_a_byte_order_mark(monkeypatch, capsys, tmp_path):
     assert json.loads(path.read_text())["scores"]["chrf"]["score"] == 100.0
 
 
-def test_push_publishes_no_local_path_and_warns_about_token(monkeypatch, capsys, tmp_path, tiny):
+def test_push_publishes_no_local_path_and_warns_about_token(capsys, tmp_path, tiny):
     run = tmp_path / "run"
     model = run / "averaged"
     shutil.copytree(tiny, model)
@@ -321,7 +321,7 @@ FULL_DISK_COMMANDS = {
 
 
 @pytest.mark.parametrize("command", list(FULL_DISK_COMMANDS))
-def test_a_full_disk_is_one_line_and_leaves_nothing(monkeypatch, capsys, tmp_path, tiny, small_tmpfs, command):
+def test_a_full_disk_is_one_line_and_leaves_nothing(capsys, tmp_path, tiny, small_tmpfs, command):
     text = tmp_path / "text.txt"
     text.write_text("".join(f"w{i % 60 + 4} w{i % 7 + 4}\n" for i in range(40)))
     (tmp_path / "copy.txt").write_text(text.read_text())
@@ -335,7 +335,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(monkeypatch, capsys, tmp_pat
     assert [p.name for p in small_tmpfs.iterdir()] == ["filler"]
 
 
-def test_a_read_only_folder_is_refused_before_translating(monkeypatch, capsys, tmp_path, tiny, small_tmpfs):
+def test_a_read_only_folder_is_refused_before_translating(capsys, tmp_path, tiny, small_tmpfs):
     subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
     source = tmp_path / "x.txt"
     source.write_text("w5 w6\n")
@@ -364,7 +364,7 @@ def one_line(code: int, out: str, err: str) -> str:
     return lines[0]
 
 
-def test_train_names_its_flags_not_set_keys(tmp_path, monkeypatch, capsys):
+def test_train_names_its_flags_not_set_keys(tmp_path, capsys):
     run = tmp_path / "run"
     cases = {
         ("--max-time", "abc"): "error: --max-time must be minutes or a duration like",
@@ -381,7 +381,7 @@ def test_train_names_its_flags_not_set_keys(tmp_path, monkeypatch, capsys):
     assert line.startswith("error: --set max_steps"), line  # a --set key is named as such
 
 
-def test_train_tokenizer_sample_size_and_languages(tmp_path, monkeypatch, capsys):
+def test_train_tokenizer_sample_size_and_languages(tmp_path, capsys):
     out = tmp_path / "tok"
     data = ("--source-file", REPO_ROOT / "pyproject.toml", "--target-file", REPO_ROOT / "pyproject.toml")
     line = one_line(*run_cli("train-tokenizer", *data, "-o", out, "--sample-size", "0", capsys=capsys))
@@ -392,7 +392,7 @@ def test_train_tokenizer_sample_size_and_languages(tmp_path, monkeypatch, capsys
     assert not out.exists()
 
 
-def test_evaluate_refuses_one_language_and_the_hypotheses_as_references(tmp_path, monkeypatch, capsys):
+def test_evaluate_refuses_one_language_and_the_hypotheses_as_references(tmp_path, capsys):
     hyp = tmp_path / "hyp.de"
     hyp.write_text("ein Hund\n")
     line = one_line(*run_cli("evaluate", "-i", hyp, "-r", hyp, capsys=capsys))
@@ -405,7 +405,7 @@ def test_evaluate_refuses_one_language_and_the_hypotheses_as_references(tmp_path
     assert "--source-lang and --target-lang are both de" in line
 
 
-def test_decoding_options_are_checked_before_the_model_loads(tmp_path, monkeypatch, capsys):
+def test_decoding_options_are_checked_before_the_model_loads(tmp_path, capsys):
     """The model does not exist: the line must be about the option, checked first, as one line (not
     Typer's box); the same checks name the request's fields in `aiayn serve` (tests/serving/test_serving.py)."""
     missing = tmp_path / "no-model"

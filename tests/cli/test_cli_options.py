@@ -167,7 +167,7 @@ def test_an_old_spelling_after_double_dash_is_a_sentence(capsys):
 
 
 @pytest.mark.parametrize("command", ["export", "push"])
-def test_the_positional_model_of_export_and_push_still_works(command, tmp_path, monkeypatch, capsys):
+def test_the_positional_model_of_export_and_push_still_works(command, tmp_path, capsys):
     """`aiayn export MODEL` / `aiayn push MODEL`: a notice, then the model is read (here: missing)."""
     extra = ["-o", tmp_path / "out"] if command == "export" else ["--repo-id", "a/b", "--dry-run"]
     code, _, err = run_cli(command, tmp_path / "nope", *extra, capsys=capsys)
@@ -177,7 +177,7 @@ def test_the_positional_model_of_export_and_push_still_works(command, tmp_path, 
     assert lines[1].startswith("error: ") and "nope" in lines[1]
 
 
-def test_a_usage_error_is_one_line(monkeypatch, capsys):
+def test_a_usage_error_is_one_line(capsys):
     cases = {
         ("translate", "-m", "m", "--beam", "0", "hi"): "--beam",
         ("translate", "-m", "m", "--precision", "fp8", "hi"): "--precision: 'fp8' is not one of",

@@ -280,7 +280,7 @@ def test_a_checkpoint_on_a_full_disk_names_the_checkpoint(monkeypatch, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_train_tokenizer_onto_a_full_disk(monkeypatch, capsys, tmp_path, small_tmpfs):
+def test_train_tokenizer_onto_a_full_disk(capsys, tmp_path, small_tmpfs):
     data = _data(tmp_path / "D", lines=200)
     _fill_leaving(small_tmpfs, 4 * 1024)
     args = ["train-tokenizer", "--data-dir", data, "-s", "en", "-t", "de", "--vocab-size", "300"]
@@ -309,7 +309,7 @@ def test_a_missing_local_folder_is_said_so_not_looked_up_on_the_hub(monkeypatch,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["D"]
 
 
-def test_average_copies_no_pickle_and_no_foreign_code(monkeypatch, capsys, tmp_path, tiny):
+def test_average_copies_no_pickle_and_no_foreign_code(capsys, tmp_path, tiny):
     first, second = _copy(tiny, tmp_path / "a"), _copy(tiny, tmp_path / "b")
     torch.save({"x": torch.ones(1)}, second / "pytorch_model.bin")
     (second / "modeling_aiayn.py").write_text("import os  # planted\n")

@@ -44,7 +44,7 @@ def test_help_at_80_columns_cuts_no_word(command, monkeypatch, capsys):
     assert not cut, f"aiayn {command or ''} --help at 80 columns cuts: {cut}"
 
 
-def test_each_recipe_is_listed_with_a_whole_line(monkeypatch, capsys):
+def test_each_recipe_is_listed_with_a_whole_line(capsys):
     """The list shows each recipe's first comment line: a line that a second one does not continue."""
     for name, purpose in shipped_recipes().items():
         lines = (REPO_ROOT / "recipes" / f"{name}.yaml").read_text(encoding="utf-8").splitlines()

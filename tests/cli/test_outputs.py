@@ -397,7 +397,7 @@ def test_every_output_over_every_kind_of_target(monkeypatch, capsys, tmp_path, t
 
 
 @pytest.mark.skipif(not ROOT, reason="only root could replace /dev/null; as another user it is refused anyway")
-def test_translate_into_dev_null_leaves_it_a_character_device(monkeypatch, capsys, tmp_path, tiny):
+def test_translate_into_dev_null_leaves_it_a_character_device(capsys, tmp_path, tiny):
     """The issue's row 1, as root: before the rule, the atomic rename replaced /dev/null with a file."""
     before = _device("/dev/null")
     try:
@@ -494,7 +494,7 @@ OVERWRITING = ("train-tokenizer -o", "average -o", "export -o")
 
 @pytest.mark.parametrize("old_kind", ["file", "folder"])
 @pytest.mark.parametrize("name", OVERWRITING)
-def test_overwrite_keeps_the_users_old(monkeypatch, capsys, tmp_path, tiny, name, old_kind):
+def test_overwrite_keeps_the_users_old(capsys, tmp_path, tiny, name, old_kind):
     """The issue's row 2: replacing OUT moved it to OUT.old after deleting whatever the user kept there.
     The backup name is one nobody has, and only what the command made is removed."""
     inputs = _inputs(tmp_path, tiny)

@@ -48,7 +48,7 @@ def test_a_missing_tokenizer_is_built_from_the_recipes_data_and_said(tmp_path, c
 
 
 @pytest.mark.slow  # a whole (two-step) run in process
-def test_train_builds_the_missing_tokenizer_from_the_recipes_data_then_trains(monkeypatch, capsys, tmp_path):
+def test_train_builds_the_missing_tokenizer_from_the_recipes_data_then_trains(capsys, tmp_path):
     folder = write_hub_layout(tmp_path / "multi30k")
     tokenizer = tmp_path / "bpe"
     code, out, err = run_cli(

@@ -126,8 +126,8 @@ def test_every_config_field_is_switched_by_the_equivalence_tests():
     fields = set(AiaynConfig.__annotations__)
     for name in sorted(fields - set(CONFIG_SWITCHES) - NOT_SWITCHES - UNSUPPORTED_CONFIG_FIELDS):
         pytest.fail(
-            f"AiaynConfig.{name}: no value for it in CONFIG_SWITCHES (tests/decoding/test_decoding.py), so nothing tests "
-            "that the fast decoder computes what the model does with it; add one, or list it in "
+            f"AiaynConfig.{name}: no value for it in CONFIG_SWITCHES (tests/decoding/test_decoding.py), so nothing "
+            "tests that the fast decoder computes what the model does with it; add one, or list it in "
             "UNSUPPORTED_CONFIG_FIELDS (aiayn_cli/decoding/incremental.py)"
         )
     assert set(CONFIG_SWITCHES) <= fields, (

@@ -234,7 +234,7 @@ def test_what_the_engine_cannot_do_is_one_line(model_dir, tmp_path, monkeypatch,
     assert (code, out, err.strip()) == (2, "", line)
 
 
-def test_evaluate_engine_needs_a_model(monkeypatch, capsys, tmp_path):
+def test_evaluate_engine_needs_a_model(capsys, tmp_path):
     (tmp_path / "h").write_text("a\n")
     (tmp_path / "r").write_text("a\n")
     code, _, err = run_cli(

@@ -86,7 +86,7 @@ def test_the_position_table_is_the_models_own(tmp_path):
     assert table[1, 1] == pytest.approx(math.cos(1.0))  # PE(1, 1) = cos(1): interleaved
 
 
-def test_int8_export_translates_and_the_folder_is_complete(tmp_path, monkeypatch, capsys):
+def test_int8_export_translates_and_the_folder_is_complete(tmp_path, capsys):
     model_dir = saved_model(tmp_path / "model")
     args = ("export", "-m", model_dir, "--to", "ctranslate2", "-o", tmp_path / "int8", "--quantization", "int8")
     code, _, err = run_cli(*args, capsys=capsys)
@@ -100,7 +100,7 @@ def test_int8_export_translates_and_the_folder_is_complete(tmp_path, monkeypatch
     assert len(ours) == 20 and any(ours)
 
 
-def test_export_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
+def test_export_mistakes_are_one_line(tmp_path, capsys):
     from aiayn_cli.errors import AiaynError
 
     model_dir = saved_model(tmp_path / "model")

@@ -252,7 +252,7 @@ def test_stdin_is_streamed_line_by_line(model_dir):
             process.kill()
 
 
-def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
+def test_arguments_and_files(model_dir, tmp_path, capsysbinary):
     code, out, err = run_cli("translate", "-m", model_dir, "a man runs", "", "the dog", capsys=capsysbinary)
     assert code == 0, err
     assert len(out.decode().split("\n")) == 4 and out.decode().split("\n")[1] == ""
@@ -273,7 +273,7 @@ def test_arguments_and_files(model_dir, tmp_path, monkeypatch, capsysbinary):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]  # no temporary left
 
 
-def test_nbest_sampling_and_greedy(model_dir, monkeypatch, capsysbinary):
+def test_nbest_sampling_and_greedy(model_dir, capsysbinary):
     code, out, err = run_cli(
         "translate", "-m", model_dir, "--beam", "3", "--nbest", "3", "a man runs", "", capsys=capsysbinary
     )
@@ -317,7 +317,7 @@ def test_nbest_sampling_and_greedy(model_dir, monkeypatch, capsysbinary):
     assert code == 0 and len(out.splitlines()) == 1, err
 
 
-def test_user_errors_exit_2_with_one_line(model_dir, monkeypatch, capsysbinary):
+def test_user_errors_exit_2_with_one_line(model_dir, capsysbinary):
     long = " ".join(["man"] * 100)
     cases = [
         (("--on-long", "error"), b"a dog\n" + long.encode() + b"\n", "stdin line 2: "),

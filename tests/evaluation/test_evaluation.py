@@ -116,7 +116,7 @@ def test_single_reference_strings_equal_lists():
     assert as_strings["scores"] == as_lists["scores"]
 
 
-def test_printed_table_has_sacrebleu_digits_and_signatures(tmp_path, monkeypatch, capsys):
+def test_printed_table_has_sacrebleu_digits_and_signatures(tmp_path, capsys):
     hyp, ref, ref2 = (
         write(tmp_path / "hyp.de", HYPS),
         write(tmp_path / "ref.de", REFS),
@@ -294,7 +294,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, list[str]]]:
         "output and json the same",
     ],
 )
-def test_bad_inputs_give_one_line_and_exit_2(tmp_path, monkeypatch, capsys, case):
+def test_bad_inputs_give_one_line_and_exit_2(tmp_path, capsys, case):
     args, must_mention = _bad_inputs(tmp_path)[case]
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     code, out, err = run_cli("evaluate", *args, capsys=capsys)
@@ -330,7 +330,7 @@ def test_ragged_references_are_rejected():
 # JSON output
 
 
-def test_json_output_and_atomic_write(tmp_path, monkeypatch, capsys):
+def test_json_output_and_atomic_write(tmp_path, capsys):
     hyp, ref = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS)
     out_json = tmp_path / "scores.json"
     code, out, err = run_cli("evaluate", "-i", hyp, "-r", ref, "--metrics", "chrf", "--json", out_json, capsys=capsys)
@@ -466,7 +466,7 @@ def test_modules_load_with_evaluate_directly(no_network):
 
 
 @pytest.mark.multi30k
-def test_multi30k_val_references(multi30k_dir, tmp_path, monkeypatch, capsys):
+def test_multi30k_val_references(multi30k_dir, tmp_path, capsys):
     ref_path = multi30k_dir / "val.de"
     refs = read_lines(ref_path)
     assert len(refs) == 1014
@@ -496,7 +496,7 @@ def test_multi30k_val_references(multi30k_dir, tmp_path, monkeypatch, capsys):
 # -- a dataset split as references, and a model translating it ----------------------------------
 
 
-def test_references_from_a_data_split(tmp_path, monkeypatch, capsys):
+def test_references_from_a_data_split(tmp_path, capsys):
     import sacrebleu
 
     data, _, targets = split_corpus(tmp_path)
@@ -525,7 +525,7 @@ def test_references_from_a_data_split(tmp_path, monkeypatch, capsys):
     assert f"{expected.score:.2f}" in out
 
 
-def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
+def test_model_translates_the_split_then_scores(tmp_path, capsys):
     import sacrebleu
     from helpers import save_tiny_model
 
@@ -561,7 +561,7 @@ def test_model_translates_the_split_then_scores(tmp_path, monkeypatch, capsys):
     assert saved["inputs"]["model"] == str(model)
 
 
-def test_split_mode_bad_inputs(tmp_path, monkeypatch, capsys):
+def test_split_mode_bad_inputs(tmp_path, capsys):
     data, _, _ = split_corpus(tmp_path)
     (tmp_path / "short.de").write_text("w1\n")
     (tmp_path / "ref.de").write_text("w1\n")
@@ -600,7 +600,7 @@ def test_inputs_for_scoring_are_a_library_call(tmp_path):
     assert str(error.value) == "with a data split give either hypotheses or model"
 
 
-def test_the_models_recipe_names_the_languages_of_the_split(tmp_path, monkeypatch, capsys):
+def test_the_models_recipe_names_the_languages_of_the_split(tmp_path, capsys):
     """`evaluate --model M --data-dir D --split test` without -s/-t: the recipe saved beside the model
     names them (as `serve` reads them); without a model, or without such a recipe, they are required."""
     from helpers import save_tiny_model
@@ -660,7 +660,7 @@ def test_bleu_on_lowercased_tokenized_text_as_papers_on_multi30k_report_it():
     assert lowered["bleu_lc"]["score"] == pytest.approx(100.0) and lowered["sacrebleu"]["score"] < 100
 
 
-def test_evaluate_reports_the_lowercased_tokenized_bleu_labelled(tmp_path, monkeypatch, capsys):
+def test_evaluate_reports_the_lowercased_tokenized_bleu_labelled(tmp_path, capsys):
     hyp, ref = write(tmp_path / "hyp.de", HYPS), write(tmp_path / "ref.de", REFS)
     code, out, err = run_cli("evaluate", "-i", hyp, "-r", ref, "--json", tmp_path / "o.json", capsys=capsys)
     assert code == 0, err

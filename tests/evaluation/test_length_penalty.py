@@ -125,7 +125,7 @@ def test_the_choice_is_saved_with_the_other_settings(tmp_path):
     assert not list(folder.glob("*.tmp*"))
 
 
-def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, monkeypatch, capsys):
+def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, capsys):
     """`aiayn evaluate --model M --split validation --length-penalty-grid ... --save-length-penalty`: the
     choice for a model trained without a grid (or averaged by hand), as `aiayn train` makes it."""
     import shutil
@@ -180,7 +180,7 @@ def test_evaluate_chooses_alpha_on_a_split_and_saves_it(model_folder, tmp_path, 
     assert json.loads((folder / "generation_config.json").read_text())["length_penalty"] == 0.6
 
 
-def test_evaluate_grid_bad_options_give_one_line(model_folder, tmp_path, monkeypatch, capsys):
+def test_evaluate_grid_bad_options_give_one_line(model_folder, tmp_path, capsys):
 
     data = tmp_path / "data"
     data.mkdir()

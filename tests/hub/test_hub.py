@@ -44,7 +44,7 @@ def front_matter(readme: str) -> dict:
     return yaml.safe_load(readme.split("---\n")[1])
 
 
-def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys):
+def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, capsys):
     out = tmp_path / "staged"
     code, stdout, stderr = run_cli(
         "push",
@@ -86,7 +86,7 @@ def test_dry_run_writes_the_exact_folder(run_dir, tmp_path, monkeypatch, capsys)
     assert not [p for p in tmp_path.rglob(".staged.*")]  # no temporary folder left behind
 
 
-def test_model_card_metadata_parses(run_dir, tmp_path, monkeypatch, capsys):
+def test_model_card_metadata_parses(run_dir, tmp_path, capsys):
     out = tmp_path / "staged"
     code, _, err = run_cli(
         "push", "-m", run_dir / "averaged", "--repo-id", "someone/aiayn-tiny", "--dry-run",
@@ -226,7 +226,7 @@ def test_permission_errors_are_one_line(run_dir, monkeypatch, capsys, status, ph
     assert code == 2 and len(lines) == 1 and phrase in lines[0] and SECRET not in output
 
 
-def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
+def test_bad_inputs(run_dir, tmp_path, capsys):
     cases = [
         (["push", "-m", tmp_path / "nope", "--repo-id", "a/b", "--dry-run"], "no such model folder"),
         (["push", "-m", run_dir / "averaged", "--repo-id", "no-slash", "--dry-run"], "--repo-id"),
@@ -291,7 +291,7 @@ def test_bad_inputs(run_dir, tmp_path, monkeypatch, capsys):
         assert len(lines) == 1 and phrase in lines[0], (args, err)
 
 
-def test_tokenizer_that_does_not_match_the_model(tmp_path, monkeypatch, capsys):
+def test_tokenizer_that_does_not_match_the_model(tmp_path, capsys):
     folder = save_tiny_model(tmp_path / "m", vocab_size=72)
     from helpers import word_level_tokenizer
 

@@ -15,7 +15,7 @@ def model_dir():
     return subword_model_dir()
 
 
-def test_files_in_every_format(model_dir, tmp_path, capsys, monkeypatch):
+def test_files_in_every_format(model_dir, tmp_path, capsys):
     out = tmp_path / "out"
     code, _, err = run_cli(
         "attention", "-m", model_dir, *SENTENCES[:2], "-o", out,
@@ -33,7 +33,7 @@ def test_files_in_every_format(model_dir, tmp_path, capsys, monkeypatch):
     assert len(json.loads((out / "attention.json").read_text())["sentences"]) == 2
 
 
-def test_text_to_stdout_with_a_reference_words_and_no_eos(model_dir, capsys, monkeypatch):
+def test_text_to_stdout_with_a_reference_words_and_no_eos(model_dir, capsys):
     code, out, err = run_cli(
         "attention", "-m", model_dir, SENTENCES[0], "--reference", REFERENCES[0],
         "--kind", "cross", "--layer", "1", "--head", "2", "--words", "--hide-eos",
@@ -96,7 +96,7 @@ def _broken_models(tmp_path, model_dir):
         ("format", "--format gif"),
     ],
 )
-def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, capsys, monkeypatch):
+def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, capsys):
     empty, no_tokenizer = _broken_models(tmp_path, model_dir)
     refs = tmp_path / "refs.de"
     refs.write_text("Ein Hund.\nZwei Hunde.\nDrei Hunde.\n")
@@ -128,7 +128,7 @@ def test_mistakes_are_one_line_and_exit_2(case, message, model_dir, tmp_path, ca
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "no-tokenizer", "not-a-model", "refs.de"]
 
 
-def test_translate_alignment_appends_word_links(model_dir, capsys, monkeypatch):
+def test_translate_alignment_appends_word_links(model_dir, capsys):
     code, plain, err = run_cli("translate", "-m", model_dir, *SENTENCES[:2], "", capsys=capsys)
     assert code == 0, err
     code, aligned, err = run_cli("translate", "-m", model_dir, *SENTENCES[:2], "", "--alignment", capsys=capsys)

@@ -126,7 +126,7 @@ def test_measure_heads_rows_and_the_pruning_rule(six_heads_dir, sample):
     assert points[-1]["removed"] == len(heads) or fell  # a random model's BLEU ~0 cannot fall by a point
 
 
-def test_the_command_writes_the_table_and_figures(six_heads_dir, data_dir, tmp_path, monkeypatch, capsys):
+def test_the_command_writes_the_table_and_figures(six_heads_dir, data_dir, tmp_path, capsys):
     out = tmp_path / "heads"
     code, stdout, err = run_cli(
         "heads", "-m", six_heads_dir, "--data-dir", data_dir, "-s", "en", "-t", "de",
@@ -158,7 +158,7 @@ def test_the_command_writes_the_table_and_figures(six_heads_dir, data_dir, tmp_p
         (["--split", "nosuch"], "no nosuch data"),
     ],
 )
-def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatch, capsys, args, message):
+def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, args, message):
     out = tmp_path / "heads"
     base = ["heads", "-m", subword_model_dir(), "--data-dir", data_dir, "-o", out, "--sample-size", "2"]
     if "-s" not in args:
@@ -171,7 +171,7 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatc
     assert not out.exists()
 
 
-def test_an_output_that_is_a_file_is_refused_before_the_work(data_dir, tmp_path, monkeypatch, capsys):
+def test_an_output_that_is_a_file_is_refused_before_the_work(data_dir, tmp_path, capsys):
     target = tmp_path / "taken"
     target.write_text("keep me")
     code, _, err = run_cli(

@@ -78,7 +78,7 @@ def test_aer_and_pattern_at_each_step_are_those_of_that_checkpoint(run):
     assert not any(name.endswith(" input") for name in report.aer)
 
 
-def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, monkeypatch, capsys):
+def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, capsys):
     out = tmp_path / "over"
     code, stdout, err = run_cli("attention", "--checkpoints", run, "--sample-size", "3", "-o", out, capsys=capsys)
     assert code == 0, err
@@ -107,7 +107,7 @@ def test_the_command_writes_the_figure_and_prints_the_table(run, tmp_path, monke
         (["--data-dir", "."], "no test.align"),
     ],
 )
-def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path, monkeypatch, capsys, args, message):
+def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path, capsys, args, message):
     out = tmp_path / "over"
     if "--checkpoints" not in args:
         args = ["--checkpoints", str(run), *args]

@@ -86,7 +86,7 @@ def test_one_sentence_layer_by_layer(translator):
     assert all(q <= p + 1e-6 for rp, rq in zip(grid.probabilities, grid.target_probabilities) for p, q in zip(rp, rq))
 
 
-def test_the_command_writes_the_table_figures_and_aer_per_layer(data_dir, tmp_path, monkeypatch, capsys):
+def test_the_command_writes_the_table_figures_and_aer_per_layer(data_dir, tmp_path, capsys):
     out = tmp_path / "layers"
     code, stdout, err = run_cli(
         "layers", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
@@ -115,7 +115,7 @@ def test_the_command_writes_the_table_figures_and_aer_per_layer(data_dir, tmp_pa
         (["--split", "nosuch"], "no nosuch data"),
     ],
 )
-def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatch, capsys, args, message):
+def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, capsys, args, message):
     out = tmp_path / "layers"
     code, _, err = run_cli(
         "layers", "-m", subword_model_dir(), "--data-dir", data_dir, "-s", "en", "-t", "de",
@@ -126,7 +126,7 @@ def test_bad_input_is_one_line_and_writes_nothing(data_dir, tmp_path, monkeypatc
     assert not out.exists()
 
 
-def test_a_sentence_as_translate_and_attention_take_it(translator, tmp_path, monkeypatch, capsys):
+def test_a_sentence_as_translate_and_attention_take_it(translator, tmp_path, capsys):
     """`aiayn layers -m M "a sentence"`: no data split needed; the sentence is teacher-forced on the
     model's own translation (fp32), and the table is of that sentence alone."""
     sentence = "The small dog sees a red ball."
@@ -140,7 +140,7 @@ def test_a_sentence_as_translate_and_attention_take_it(translator, tmp_path, mon
     assert data["tokens"] == len(data["sentence"]["targets"]) and "What to notice:" in stdout
 
 
-def test_a_sentence_with_a_data_split_is_the_one_shown(data_dir, tmp_path, monkeypatch, capsys):
+def test_a_sentence_with_a_data_split_is_the_one_shown(data_dir, tmp_path, capsys):
     out = tmp_path / "layers"
     code, _, err = run_cli(
         "layers", "-m", subword_model_dir(), "A red ball.", "--reference", "Ein roter Ball.",
@@ -160,7 +160,7 @@ def test_a_sentence_with_a_data_split_is_the_one_shown(data_dir, tmp_path, monke
         (["A dog.", "--sentence", "A cat.", "--reference", "Eine Katze."], "give the sentence once"),
     ],
 )
-def test_no_sentence_or_two_is_one_line(tmp_path, monkeypatch, capsys, args, message):
+def test_no_sentence_or_two_is_one_line(tmp_path, capsys, args, message):
     out = tmp_path / "layers"
     code, _, err = run_cli("layers", "-m", subword_model_dir(), "-o", out, *args, capsys=capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -130,8 +130,8 @@ def test_a_table_edited_by_hand_is_named_with_its_results_file(tmp_path):
 
 
 def test_the_cli_reference_is_in_the_site_and_lists_every_command():
-    """docs/cli.md is generated from the commands (`python -m aiayn_cli.cli.reference`; tests/cli/test_cli_options.py
-    keeps it equal to them); here: it is in the site's nav and names every command of the app."""
+    """docs/cli.md is generated from the commands (`python -m aiayn_cli.cli.reference`;
+    tests/cli/test_cli_options.py keeps it equal to them); here: it is in the site's nav and names every command of the app."""
     import typer
 
     from aiayn_cli.cli.app import app

@@ -108,7 +108,7 @@ def test_the_documented_examples_translate_as_shown(trained_quickstart):
     assert got == {sentence: german[sentence] for sentence in shown}
 
 
-def test_quickstart_refuses_a_non_empty_folder(tmp_path, monkeypatch, capsys):
+def test_quickstart_refuses_a_non_empty_folder(tmp_path, capsys):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "keep.txt").write_text("mine")
     for overwrite in ([], ["--overwrite"]):  # a folder holding anything but a quickstart's is never used
@@ -122,7 +122,7 @@ def test_quickstart_refuses_a_non_empty_folder(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("minutes", ["0", "-1", "nan", "inf"])
-def test_quickstart_refuses_an_impossible_budget_before_writing(tmp_path, monkeypatch, capsys, minutes):
+def test_quickstart_refuses_an_impossible_budget_before_writing(tmp_path, capsys, minutes):
     code, _, err = run_cli("quickstart", "-o", tmp_path / "qs", "--minutes", minutes, capsys=capsys)
     assert code == 2 and err.startswith("error: --minutes must be a positive number") and err.count("\n") == 1, err
     assert not (tmp_path / "qs").exists()
@@ -191,7 +191,7 @@ def test_documented_outputs_are_the_grammars_german():
     assert [t["text"] for t in answer["translations"]] == [german[s] for s in sentences]
 
 
-def test_the_help_and_the_quickstart_show_examples(monkeypatch, capsys):
+def test_the_help_and_the_quickstart_show_examples(capsys):
     from aiayn_cli.cli.commands import attention, quickstart
 
     english = {en for en, _ in examples()}

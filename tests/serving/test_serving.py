@@ -252,6 +252,6 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_2(model_dir):
     assert result.stderr.strip().splitlines()[-1].startswith("error: --host 127.0.0.1 --port")
 
 
-def test_serve_refuses_an_unknown_log_level_before_loading(monkeypatch, capsys, tmp_path):
+def test_serve_refuses_an_unknown_log_level_before_loading(capsys, tmp_path):
     code, _, err = run_cli("serve", "--model", tmp_path / "none", "--log-level", "loud", capsys=capsys)
     assert code == 2 and err.startswith("error: --log-level must be one of") and err.count("\n") == 1, err

@@ -184,7 +184,7 @@ def test_a_truncated_optimizer_state_is_named(tmp_path):
         load_checkpoint(accelerator, _model(0), torch.optim.Adam(_model(0).parameters()), path)
 
 
-def test_average_command_last_n_of_a_run(tmp_path, monkeypatch, capsys):
+def test_average_command_last_n_of_a_run(tmp_path, capsys):
     from helpers import run_cli
 
     run = tmp_path / "run"

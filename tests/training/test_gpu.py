@@ -151,7 +151,7 @@ def test_accelerate_launch_of_one_process_equals_a_plain_run(task, whole_run, tm
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-5
 
 
-def test_translate_on_cuda_equals_the_cpu_in_fp32(tmp_path, monkeypatch, capsys):
+def test_translate_on_cuda_equals_the_cpu_in_fp32(tmp_path, capsys):
     model = save_tiny_model(tmp_path / "model")
     source = tmp_path / "in.txt"
     source.write_text("".join(" ".join(f"w{(i * 7 + j) % 60}" for j in range(3 + i % 9)) + "\n" for i in range(40)))

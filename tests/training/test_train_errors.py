@@ -34,13 +34,13 @@ def test_unknown_key_in_a_subprocess(tmp_path):
     assert f"{path}:" in line and "unknown key 'warmup'" in line
 
 
-def test_missing_key(monkeypatch, capsys, tmp_path):
+def test_missing_key(capsys, tmp_path):
     text = "\n".join(line for line in TINY.read_text().splitlines() if not line.startswith("tokenizer:"))
     line = one_error_line(*run_cli("train", _recipe(tmp_path, text), capsys=capsys)[::2])
     assert "missing required key 'tokenizer'" in line
 
 
-def test_wrong_type(monkeypatch, capsys, tmp_path):
+def test_wrong_type(capsys, tmp_path):
     path = _recipe(tmp_path, TINY.read_text().replace("max_tokens: 512", "max_tokens: many"))
     line = one_error_line(*run_cli("train", path, capsys=capsys)[::2])
     assert "'max_tokens' must be a valid integer, got 'many'" in line
@@ -48,7 +48,7 @@ def test_wrong_type(monkeypatch, capsys, tmp_path):
     assert "--set model.dropout: 'model.dropout' must be a valid number" in line
 
 
-def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, tokenizer):
+def test_output_folder_with_a_different_run(capsys, tmp_path, tokenizer):
     from aiayn_cli.training.recipe import load_recipe, save_recipe
 
     out = tmp_path / "run"
@@ -69,7 +69,7 @@ def test_output_folder_with_a_different_run(monkeypatch, capsys, tmp_path, token
     assert "not a complete checkpoint" in line
 
 
-def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, tokenizer):
+def test_tokenizer_that_does_not_match_the_model(capsys, tmp_path, tokenizer):
     from transformers import AutoTokenizer
 
     size = len(AutoTokenizer.from_pretrained(tokenizer))
@@ -115,7 +115,7 @@ def test_tokenizer_that_does_not_match_the_model(monkeypatch, capsys, tmp_path, 
     assert line == f"error: {tmp_path / 'missing'}: no such tokenizer folder"  # not "Repo id must be ..."
 
 
-def test_average_errors(monkeypatch, capsys, tmp_path):
+def test_average_errors(capsys, tmp_path):
     line = one_error_line(*run_cli("average", tmp_path, "--last", "5", "-o", tmp_path / "x", capsys=capsys)[::2])
     assert "holds no checkpoints" in line
     line = one_error_line(

@@ -47,7 +47,7 @@ def _fake_checkpoint(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", ["training_state/custom_checkpoint_0.pkl", "training_state/rng-0.json"])
-def test_a_checkpoint_holding_a_pickle_is_refused_and_never_loaded(monkeypatch, capsys, tmp_path, name):
+def test_a_checkpoint_holding_a_pickle_is_refused_and_never_loaded(capsys, tmp_path, name):
     marker = tmp_path / "written-by-the-pickle"
     checkpoint = _fake_checkpoint(tmp_path / "elsewhere" / "checkpoint-10")
     (checkpoint / name).write_bytes(pickle.dumps(_WritesAFile(marker)))
@@ -76,7 +76,7 @@ def _last_error_line(code: int, err: str) -> str:
     return lines[-1]
 
 
-def test_resuming_over_other_training_data_is_refused(monkeypatch, capsys, task, tmp_path):
+def test_resuming_over_other_training_data_is_refused(capsys, task, tmp_path):
     data = shutil.copytree(task["data"], tmp_path / "data")
     out = tmp_path / "run"
     code, _, err = run_cli(*_quick_args(data, task["tokenizer"], out, 4), capsys=capsys)
@@ -370,7 +370,7 @@ def test_the_guarded_step_gives_the_plain_steps_weights_and_skips_a_non_finite_o
 
 
 @pytest.mark.slow  # fp16 is emulated on a CPU: minutes
-def test_fp16_trains_with_dynamic_loss_scaling_and_saves_the_scale(monkeypatch, capsys, task, tmp_path):
+def test_fp16_trains_with_dynamic_loss_scaling_and_saves_the_scale(capsys, task, tmp_path):
     # fp16 forced on the CPU runs the path `mixed_precision: auto` takes on a GPU without bf16: autocast in
     # fp16, torch.amp.GradScaler's scaled loss, fused Adam given the scaler's flag; the scale is saved.
     # (test_gpu_check's fp16 entry runs it on a GPU.)
