@@ -3,7 +3,7 @@
     python benchmarks/bench_model_compile.py                         # tiny and small, fp32
     python benchmarks/bench_model_compile.py --dims small --batch 32 --repeats 7
 
-The model has no graph break (tests/test_modeling.py checks it), so the whole forward is one graph for
+The model has no graph break (tests/model/test_modeling.py checks it), so the whole forward is one graph for
 inductor, PyTorch's default compiler. Two rows per size, each timed alternately eager and compiled over
 `--repeats` runs, the median kept:
 

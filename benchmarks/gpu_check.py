@@ -56,7 +56,7 @@ PARTS = ("environment", "tests", "multi30k", "throughput", "host", "decoding", "
 # ~20 s each (12 tiny steps; CUDA's start included), one `accelerate launch`, translations, collection.
 # multi30k: its training process took 353 s of 5 minutes' training on an H100 (the part 404 s).
 LIMITS = {"environment": 60, "tests": 200, "multi30k": 480, "throughput": 240, "host": 150, "decoding": 150, "lost": 90}
-GPU_TESTS = ("tests/test_gpu.py", "tests/test_decoding.py")
+GPU_TESTS = ("tests/training/test_gpu.py", "tests/decoding/test_decoding.py")
 MODULES = ("datasets", "evaluate", "pydantic", "sacremoses", "xxhash", "pytest")  # what the bundle brings
 
 
@@ -405,7 +405,7 @@ def part_lost(check: Check, limit: float) -> dict:
     gpus = torch.cuda.device_count() if not check.args.smoke else 0
     if not check.args.smoke and gpus < 2:
         reason = f"{gpus} GPU: NCCL takes one process per GPU, so two processes need two GPUs"
-        check.say(f"lost: not run ({reason}); tests/test_multi_machine.py checks it on CPUs")
+        check.say(f"lost: not run ({reason}); tests/training/test_multi_machine.py checks it on CPUs")
         return {"ok": None, "not_run": reason}
     data, tokenizer = check.data, check.work / "bpe8k"  # the multi30k part's tokenizer, where it ran
     if not (tokenizer / "tokenizer.json").is_file():
@@ -439,7 +439,7 @@ def part_lost(check: Check, limit: float) -> dict:
 
 def _dictionary_task(folder: Path) -> Path:
     sys.path.insert(0, str(REPO / "tests"))
-    from test_training import write_dictionary_task
+    from training_task import write_dictionary_task
 
     return write_dictionary_task(folder, n_train=800, n_valid=16)
 

@@ -3,7 +3,7 @@
 A results file is one JSON object: the command, the commit, the machine (CPU model and the flags
 that decide speed: avx2, avx512f, avx512_bf16, amx_bf16; the GPU if any), the versions, the threads,
 the load average before and after, the date, and the figures measured. The docs never hold a number
-that no results file holds (`docs/tables.py` renders the tables, `tests/test_docs.py` keeps them in
+that no results file holds (`docs/tables.py` renders the tables, `tests/project/test_docs.py` keeps them in
 step).
 
     from benchmarks.results import Recorder

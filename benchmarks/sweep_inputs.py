@@ -13,7 +13,7 @@ before and after. A case ends one of these ways:
 - and, whichever of these, files lost: a file of the case's inputs changed or removed.
 
 The goal is 0 tracebacks, 0 aborts, 0 files lost. `serve` (it runs until stopped; its requests are
-fuzzed by tests/test_serving.py and schemathesis) and `quickstart` (minutes of training) are left out.
+fuzzed by tests/serving/test_serving.py and schemathesis) and `quickstart` (minutes of training) are left out.
 
     nice python benchmarks/sweep_inputs.py                  # every case; results file and a summary
     python benchmarks/sweep_inputs.py --only translate --limit 20

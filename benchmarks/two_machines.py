@@ -1,5 +1,5 @@
 """Two `accelerate launch --num_machines 2` commands on one host, as two machines would run them (one
-process each, the rendezvous on 127.0.0.1): `tests/test_multi_machine.py` on CPUs, and the lost-process
+process each, the rendezvous on 127.0.0.1): `tests/training/test_multi_machine.py` on CPUs, and the lost-process
 part of `gpu_check.py` on two GPUs."""
 
 from __future__ import annotations

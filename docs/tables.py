@@ -9,7 +9,7 @@ A table sits between two markers in a Markdown file:
 `NAME` is a table of `TABLES` (a renderer over the results files it names), or `rows:RESULT` for the
 rows of the results files named RESULT (`benchmarks/results/RESULT.<machine>.json`, `figures.rows`),
 one table row each, with the machine it ran on. `python docs/tables.py` (`make docs-tables`)
-rewrites every table; `python docs/tables.py --check` (and `tests/test_docs.py`) names every table
+rewrites every table; `python docs/tables.py --check` (and `tests/project/test_docs.py`) names every table
 that disagrees with its results files.
 """
 
@@ -400,7 +400,7 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
 # The command that writes each results file, named where a table has none yet.
 WRITERS = {
     "quickstart": "python benchmarks/bench_quickstart.py",
-    "multi30k_en_de": "python -m pytest -m long tests/test_multi30k_recipe.py",
+    "multi30k_en_de": "python -m pytest -m long tests/training/test_multi30k_recipe.py",
     "bench_train": "python benchmarks/bench_train.py",
     "ablate_multi30k": "python benchmarks/ablate_multi30k.py OUT --parallel 6",
     "gpu_check": "python benchmarks/gpu_check.py OUT",

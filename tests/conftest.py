@@ -1,13 +1,16 @@
-"""Test fixtures and hooks: the network off, the Multi30k folder (skipped where absent), a seed per test,
-GPU tests skipped without a GPU. Helpers that tests import are in `helpers.py`."""
+"""Test fixtures and hooks: the network off, the Multi30k folder (skipped where absent) and its tokenizer,
+a 1 MiB tmpfs, one thread, a seed per test, GPU tests skipped without a GPU. Fixtures are requested by
+name, never imported; helpers that tests import are in `helpers.py`."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from corpora import multi30k_bpe, multi30k_train_tokenized
 from helpers import MULTI30K
 
 # Never touch the network in tests.
@@ -26,6 +29,41 @@ def multi30k_dir() -> Path:
     return MULTI30K
 
 
+@pytest.fixture
+def bpe_multi30k(multi30k_dir):
+    return multi30k_bpe(multi30k_dir)
+
+
+@pytest.fixture
+def tokenized_multi30k(multi30k_dir):
+    return multi30k_train_tokenized(multi30k_dir)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs (skipped where it cannot be mounted: mounting needs root); `fill_disk` fills it."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the full-disk tests need root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def one_thread():
+    """One thread: on a machine shared by other processes, two threads wait for each other at every small
+    operation of a tiny model. A test module uses it for all its tests with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def pytest_runtest_setup(item):
     """`@pytest.mark.gpu` tests (`python -m pytest -m gpu`) skip where there is no CUDA device, all
     with the one reason line below."""
@@ -39,7 +77,7 @@ def _seed_and_threads():
     yield
 
 
-# transformers' common test files are mixins that tests/test_transformers_common.py runs, not tests of their own
+# transformers' common test files are mixins that tests/model/test_transformers_common.py runs, not tests of their own
 collect_ignore = ["transformers_common"]
 
 

@@ -1,7 +1,8 @@
 """Small parallel corpora written to temporary folders, and the Multi30k tokenizer shared by tests.
 
 Expensive objects (the 10,000-token BPE of Multi30k, its tokenized training split) are built once
-per test process: the pytest fixtures here memoize through `functools.cache`.
+per test process: memoized through `functools.cache` (the fixtures `bpe_multi30k` and
+`tokenized_multi30k` in `conftest.py` call them).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-
-import pytest
 
 WORDS_EN = "a dog cat man woman child runs walks sits on the in red blue big small street park ball".split()
 WORDS_DE = "ein hund katze mann frau kind rennt geht sitzt auf der im rot blau groß klein straße park ball".split()
@@ -99,33 +98,3 @@ def multi30k_train_tokenized(multi30k_dir: Path):
 
     train = load_split(DataSpec(data_dir=multi30k_dir, source_lang="en", target_lang="de"), "train")
     return tokenize_split(train, multi30k_bpe(multi30k_dir), cache_dir=_scratch / "tokenized")
-
-
-@pytest.fixture
-def bpe_multi30k(multi30k_dir):
-    return multi30k_bpe(multi30k_dir)
-
-
-@pytest.fixture
-def tokenized_multi30k(multi30k_dir):
-    return multi30k_train_tokenized(multi30k_dir)
-
-
-def invoke(capsys, *args) -> tuple[int, str, str]:
-    """Run `aiayn ARGS...` in this process through the console entry point; (exit code, stdout, stderr)."""
-    import sys
-
-    from aiayn_cli.cli import main
-
-    capsys.readouterr()  # drop what came before
-    argv = sys.argv
-    sys.argv = ["aiayn", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    finally:
-        sys.argv = argv
-    out = capsys.readouterr()
-    return code, out.out, out.err

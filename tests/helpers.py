@@ -1,15 +1,17 @@
-"""What tests import: the repository's root, CLI runners and the one-line error check, a word-level
-tokenizer, one tiny-model factory (and saved forms of it), random sentences for it, file snapshots, a
-full disk, and the one-thread fixture (fixtures and hooks that apply by themselves are in `conftest.py`;
-the generated training task is in `training_task.py`)."""
+"""What tests import: the repository's root, the one CLI runner (`run_cli`, and `cli_command` for a
+process a test talks to) and the one-line error check, a word-level tokenizer, one tiny-model factory
+(and saved forms of it), random sentences for it, file snapshots, a full disk (the fixtures are in
+`conftest.py`; the generated training task is in `training_task.py`)."""
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -26,40 +28,67 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def cli_here(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    """Run the `aiayn` entry point in this process (no seconds of imports per call, as `run_cli` has):
-    (exit code, stdout, stderr)."""
-    from aiayn_cli.cli.app import main
+def cli_command(*args) -> list[str]:
+    """The command line of `aiayn ARGS...` in a fresh interpreter: `python -m aiayn_cli ARGS...` (for
+    `subprocess.Popen`, where a test talks to the process while it runs; `run_cli` runs it to the end)."""
+    return [sys.executable, "-m", "aiayn_cli", *map(str, args)]
 
-    monkeypatch.setattr(sys, "argv", ["aiayn", *map(str, args)])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
+
+class CliResult(NamedTuple):
+    """What `run_cli` gives back: unpacks as `code, out, err`, reads as a completed process."""
+
+    returncode: int
+    stdout: str | bytes
+    stderr: str | bytes  # text, but bytes from a subprocess given bytes as `input`
 
 
 def run_cli(
-    *args: str,
+    *args,
+    capsys: pytest.CaptureFixture | None = None,
     input: str | bytes | None = None,
     cwd: Path | None = None,
     timeout: float = 600,
     env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess:
-    """Run `python -m aiayn_cli ARGS...` in a subprocess; returns the completed process (text mode
-    unless `input` is bytes)."""
-    text = not isinstance(input, bytes)
-    return subprocess.run(
-        [sys.executable, "-m", "aiayn_cli", *map(str, args)],
-        input=input,
-        capture_output=True,
-        text=text,
-        cwd=cwd,
-        timeout=timeout,
-        env=env or cli_env(),
-    )
+) -> CliResult:
+    """Run `aiayn ARGS...`: (exit code, stdout, stderr), also as `.returncode`, `.stdout`, `.stderr`.
+
+    With `capsys` (pytest's `capsys`, or `capsysbinary` for stdout as bytes; stderr stays text), in this
+    process, through the console entry point: no seconds of imports per call; for tests that check what a
+    command prints and its exit code. `input` is then stdin. An exception other than `SystemExit` (`--debug`) propagates.
+
+    Without, `python -m aiayn_cli ARGS...` in a fresh interpreter (`cli_env()` unless `env`): for tests
+    that need a real process (signals, what a fresh interpreter imports, its own environment or folder).
+    Text mode unless `input` is bytes."""
+    if capsys is None:
+        text = not isinstance(input, bytes)
+        done = subprocess.run(
+            cli_command(*args),
+            input=input,
+            capture_output=True,
+            text=text,
+            cwd=cwd,
+            timeout=timeout,
+            env=env or cli_env(),
+        )
+        return CliResult(done.returncode, done.stdout, done.stderr)
+    assert cwd is None and env is None, "run_cli: cwd and env need a subprocess (no capsys)"
+    from aiayn_cli.cli.app import main
+
+    capsys.readouterr()  # drop what came before
+    saved = sys.argv, sys.stdin
+    sys.argv = ["aiayn", *map(str, args)]
+    if input is not None:
+        data = input.encode("utf-8") if isinstance(input, str) else input
+        sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    try:
+        main()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    finally:
+        sys.argv, sys.stdin = saved
+    out, err = capsys.readouterr()
+    return CliResult(code, out, err.decode("utf-8", errors="replace") if isinstance(err, bytes) else err)
 
 
 def word_level_tokenizer(vocab_size: int = 72):
@@ -158,20 +187,6 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 1 MiB tmpfs (skipped where it cannot be mounted: mounting needs root); `fill_disk` fills it."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the full-disk tests need root")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
-
-
 def fill_disk(folder: Path) -> None:
     """Write to `folder / "filler"` until the disk under it has no byte left."""
     fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
@@ -191,14 +206,3 @@ def save_tiny_model(folder: Path, vocab_size: int = 72, seed: int = 0) -> Path:
     tiny_model(vocab_size, seed=seed).save_pretrained(folder)
     word_level_tokenizer(vocab_size).save_pretrained(folder)
     return folder
-
-
-@pytest.fixture
-def one_thread():
-    """One thread: on a machine shared by other processes, two threads wait for each other at every small
-    operation of a tiny model. A test module uses it for all its tests with
-    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -8,14 +8,13 @@ import json
 import random
 import re
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from helpers import cli_env
+from helpers import cli_command, cli_env
 
 
 def random_sentences(n: int, seed: int = 0, vocab_size: int = 72) -> list[str]:
@@ -49,7 +48,7 @@ def serve_in_thread(app):
 def serve_in_subprocess(model: Path, *args: str):
     """`aiayn serve --model MODEL --port 0 ARGS...`; yields (process, base URL) once it listens."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "aiayn_cli", "serve", "--model", str(model), "--port", "0", *args],
+        cli_command("serve", "--model", model, "--port", "0", *args),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

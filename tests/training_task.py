@@ -1,18 +1,16 @@
 """The generated training task the training tests share: a word-by-word dictionary a `tiny` model
-learns in a few hundred steps, its tokenizer (the `task` fixture), `aiayn train`'s arguments for it,
-and an uninterrupted run to compare resumed ones with (the `uninterrupted` fixture)."""
+learns in a few hundred steps, `aiayn train`'s arguments for it, and what the tests that kill and
+resume runs need (the fixtures `task` and `uninterrupted` that build on it are in `training/conftest.py`)."""
 
 from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
 import torch
-from helpers import REPO_ROOT, cli_env, run_cli
+from helpers import REPO_ROOT, cli_command
 from safetensors.torch import load_file
 
 TINY = REPO_ROOT / "recipes" / "tiny.yaml"
@@ -32,28 +30,6 @@ def write_dictionary_task(folder: Path, n_train: int = 2000, n_valid: int = 64, 
         (folder / f"{split}.en").write_text("".join(s + "\n" for s, _ in pairs))
         (folder / f"{split}.de").write_text("".join(t + "\n" for _, t in pairs))
     return folder
-
-
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    """Generated data, its tokenizer, and a datasets cache of its own."""
-    from aiayn_cli.data.spec import DataSpec
-    from aiayn_cli.data.tokenization import train_tokenizer
-
-    root = tmp_path_factory.mktemp("task")
-    data = write_dictionary_task(root / "data")
-    train_tokenizer(
-        DataSpec(data_dir=str(data), source_lang="en", target_lang="de"),
-        vocab_size=400,
-        output_dir=root / "tok",
-        show_progress=False,
-    )
-    return {
-        "root": root,
-        "data": data,
-        "tokenizer": root / "tok",
-        "env": cli_env(HF_DATASETS_CACHE=str(root / "cache"), OMP_NUM_THREADS="1"),
-    }
 
 
 def train_args(task, output: Path, *extra: str) -> list[str]:
@@ -85,7 +61,7 @@ def max_difference(a: dict, b: dict) -> float:
 def start_training(task, output: Path, *extra: str) -> subprocess.Popen:
     """`aiayn train` on the task in a subprocess (stderr piped), for tests that kill it."""
     return subprocess.Popen(
-        [sys.executable, "-m", "aiayn_cli", *train_args(task, output, *extra)],
+        cli_command(*train_args(task, output, *extra)),
         env=task["env"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -126,11 +102,3 @@ RESUME_FLAGS = (
     "--set",
     "lr_cooldown=0.5",  # the resumed run's cooldown continues where it stopped
 )
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(task):
-    out = task["root"] / "uninterrupted"
-    result = run_cli(*train_args(task, out, *RESUME_FLAGS), env=task["env"])
-    assert result.returncode == 0, result.stderr
-    return weights(out / "checkpoint-60")

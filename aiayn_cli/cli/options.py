@@ -1,5 +1,5 @@
 """Shared Typer options: one spelling for each thing, in every command (the vocabulary of
-docs/cli.md, which `aiayn_cli.cli.reference` renders and tests/test_cli_options.py enforces).
+docs/cli.md, which `aiayn_cli.cli.reference` renders and tests/cli/test_cli_options.py enforces).
 
 A model folder or Hub id is always `-m/--model`; an output file `-o/--output`, an output folder
 `-o/--output-dir`; what a command computes in `--precision auto|fp32|bf16|fp16` (and

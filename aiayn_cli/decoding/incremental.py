@@ -39,7 +39,7 @@ from ..model.modeling_aiayn import AiaynForConditionalGeneration, PositionwiseFe
 from ..precision import onednn_amx
 
 # The fields of `AiaynConfig` that the fast decoder does not handle: none. Every field reaches it
-# through the model's own modules, which read them, and the equivalence tests (tests/test_decoding.py)
+# through the model's own modules, which read them, and the equivalence tests (tests/decoding/test_decoding.py)
 # switch each one. A field added to the config fails the contract test there, by name, until those
 # tests switch it or it is listed here (then `PreparedModel` refuses a model that sets it).
 UNSUPPORTED_CONFIG_FIELDS: frozenset[str] = frozenset()

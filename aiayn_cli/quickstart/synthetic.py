@@ -366,7 +366,7 @@ def generate_corpus(n: int, seed: int = 0, *, max_words: int = 14, alignments: b
 
 
 # The sentences that the docs, the help and `aiayn quickstart` show beside the quickstart's model: the
-# grammar's own (built here, so each has its one German translation); tests/test_examples.py keeps the
+# grammar's own (built here, so each has its one German translation); tests/quickstart/test_quickstart.py keeps the
 # docs to them and, in the slow tier, checks that a trained quickstart model translates each as shown.
 EXAMPLES = (
     Clause((NounPhrase("dog", "the", ("small",)),), "see", NounPhrase("ball", "a", ("red",))),

@@ -6,7 +6,7 @@ the requests that share their decoding options are translated in one `Translator
 call (which sorts them by length into batches of `max_tokens`), in a thread, so that the server
 keeps accepting requests meanwhile. A sentence's translation does not depend on what it was
 batched with: the decoder gives each sentence the same result alone or in any batch
-(`tests/test_serving.py` checks it). Sampling with a seed is the exception the worker avoids: a
+(`tests/serving/test_serving.py` checks it). Sampling with a seed is the exception the worker avoids: a
 sampling request is decoded on its own, so that its seed gives what `aiayn translate` gives.
 """
 

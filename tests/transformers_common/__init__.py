@@ -1,1 +1,1 @@
-"""transformers' common model tests, as released (see README.md); run by tests/test_transformers_common.py."""
+"""transformers' common model tests, as released (see README.md); run by tests/model/test_transformers_common.py."""
