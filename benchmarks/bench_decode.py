@@ -76,7 +76,6 @@ import importlib.util
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -91,6 +90,7 @@ from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
 from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
 from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
 from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
+from benchmarks import common  # noqa: E402
 from benchmarks import results as results_file  # noqa: E402
 
 DEFAULT_VOCAB = {"small": 10000, "base": 37000}
@@ -126,22 +126,12 @@ def build_marian(dims: str, vocab: int, folder: Path, **overrides):
 
     Marian's conventions: `</s>` = 0, `<unk>` = 1, `<pad>` = the last id, which is also the decoder
     start token (its embedding is zero)."""
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    p = {**PRESETS[dims], **overrides}
-    config = MarianConfig(
-        vocab_size=vocab,
-        d_model=p["d_model"],
-        encoder_ffn_dim=p["d_ff"],
-        decoder_ffn_dim=p["d_ff"],
-        encoder_attention_heads=p["num_heads"],
-        decoder_attention_heads=p["num_heads"],
-        encoder_layers=p["num_encoder_layers"],
-        decoder_layers=p["num_decoder_layers"],
-        activation_function="relu",
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
+    config = common.marian_config(
+        dims,
+        vocab,
+        **overrides,
         max_position_embeddings=512,
         pad_token_id=vocab - 1,
         decoder_start_token_id=vocab - 1,
@@ -193,11 +183,6 @@ def ctranslate2_translator(folder: str, compute_type: str, threads: int, inter: 
     return ctranslate2.Translator(
         folder, device="cpu", compute_type=compute_type, intra_threads=intra, inter_threads=inter
     )
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def run_aiayn(model, prepared: PreparedModel, ids, mask, steps: int, beams: int) -> int:
@@ -379,17 +364,6 @@ def _direct_timed(name: str, sentences: list[list[str]], steps: int, beams: int,
     return seconds, steps * len(sentences)
 
 
-def timed(fn, device: str) -> tuple[float, int]:
-    """(seconds, tokens) of one run; a system in another process times itself and returns both."""
-    synchronize(device)
-    start = time.perf_counter()
-    tokens = fn()
-    synchronize(device)
-    if isinstance(tokens, tuple):
-        return tokens
-    return time.perf_counter() - start, tokens
-
-
 class Models:
     """Each dims' models, built once: aiayn (prepared in float and in int8), Marian, CTranslate2's folder."""
 
@@ -489,19 +463,9 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
                 )
     if args.systems:
         systems = {name: fn for name, fn in systems.items() if name in args.systems}
-    for fn in systems.values():  # warm-up
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in systems}
-    tokens = {}
-    for repeat in range(args.repeats):
-        order = list(systems) if repeat % 2 == 0 else list(reversed(systems))  # no system always runs first
-        for name in order:
-            # Each run starts after the previous system's worker threads have gone to sleep: OpenMP
-            # runtimes keep them spinning after a parallel region (up to 200 ms with KMP_BLOCKTIME's
-            # default), on the cores the next system needs.
-            time.sleep(0.3)
-            seconds, tokens[name] = timed(systems[name], args.device)
-            times[name].append(seconds)
+    tokens = {name: fn() for name, fn in systems.items()}  # warm-up, and the tokens each decodes
+    tokens = {name: n[1] if isinstance(n, tuple) else n for name, n in tokens.items()}
+    times = common.alternate(systems, args.repeats, device=args.device, warm_up=False)
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
     for name in (n for n in systems if n.startswith("aiayn_ct2")):  # the engine's own share of its time
         row[f"{name}_own_share"] = models.ctranslate2_process().apply(_engine_share, (name,))
@@ -513,7 +477,7 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
     # after the other there, under the same load).
     for a, b in RATIOS:
         if a in systems and b in systems:
-            row[f"{a}/{b}"] = statistics.median(tb / ta for ta, tb in zip(times[a], times[b]))
+            row[f"{a}/{b}"] = common.ratio(times[a], times[b])
     if ct2_reason:
         row["ctranslate2"] = ct2_reason
     return row
@@ -536,26 +500,6 @@ RATIOS = [
     ("aiayn_ct2_int8", "ct2_direct_int8"),
     ("aiayn_ct2_int8", "ct2_direct_int8_inter"),
 ]
-
-
-def hardware() -> str:
-    """The CPU model, ATen's kernel level, whether oneDNN computes bf16 natively, and the ISA variables set."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    names = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")
-    isa = [f"{k}={os.environ[k]}" for k in names if k in os.environ]
-    return (
-        f"CPU: {model}, {os.cpu_count()} logical cores; torch.backends.cpu.get_cpu_capability(): "
-        f"{torch.backends.cpu.get_cpu_capability()}; bf16 native: {bf16}; torch {torch.__version__}"
-        + (f"; {' '.join(isa)}" if isa else "")
-    )
 
 
 def system_names(rows: list[dict]) -> list[str]:
@@ -603,16 +547,10 @@ def read_bandwidth(threads: int, gib: int = 1, repeats: int = 5) -> float:
     try:
         data = torch.ones(gib * 2**28)
         data.sum()
-        best = min(_seconds(data.sum) for _ in range(repeats))
+        best = min(common.timed(data.sum)[0] for _ in range(repeats))
         return data.numel() * 4 / best / 1e9
     finally:
         torch.set_num_threads(previous)
-
-
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -656,7 +594,7 @@ def main() -> None:
     if "fp32" not in args.dtype:
         args.dtype.insert(0, "fp32")  # the reference of every ratio
 
-    print(hardware(), flush=True)
+    print(common.machine_line(), flush=True)
     bandwidth = {threads: read_bandwidth(threads) for threads in args.threads} if args.device == "cpu" else {}
     for threads, rate in bandwidth.items():
         print(f"memory read rate, {threads} thread(s): {rate:.1f} GB/s (a sum over 1 GiB)", flush=True)
@@ -675,7 +613,7 @@ def main() -> None:
             models.close()
 
     print(f"""
-{hardware()}
+{common.machine_line()}
 Same work for every system: the same source batch, beam {args.beams}, exactly {args.new_tokens} decoder steps per
 sentence (</s> suppressed before the last step and forced at it), the same dimensions and vocabulary,
 random float32 weights, the same threads, on {args.device}; systems alternate within each of
@@ -698,8 +636,7 @@ a/b = median over repetitions of b's time / a's time within the repetition (> 1:
     figures = {"rows": rows, "beams": args.beams, "new_tokens": args.new_tokens, "repeats": args.repeats}
     if bandwidth:  # what a step bound by reading its weights can reach
         figures["memory_read_gb_s"] = {str(threads): rate for threads, rate in bandwidth.items()}
-    path = recorder.write(figures, path=args.results)
-    print(f"\nwrote {path}")
+    common.write_results(recorder, figures, args.results)
 
 
 if __name__ == "__main__":

@@ -23,15 +23,16 @@ processes; "per round" gives the lowest and highest ratio of the rounds' medians
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import common  # noqa: E402
+from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, make_batch  # noqa: E402
+from benchmarks.common import Worker  # noqa: E402
 
 # The worker: one per revision, reading one JSON request per line, answering with CPU seconds.
 WORKER = r"""
@@ -65,36 +66,6 @@ for line in sys.stdin:
 """
 
 
-class Worker:
-    """One revision's worker process (`code`, run with `argv` in the revision's tree): a JSON request
-    per line on its stdin, a JSON answer per line on its stdout; its first line says it is ready."""
-
-    def __init__(self, tree: Path, code: str, argv: list[str], what: str):
-        self.what = what
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code, *argv],
-            cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        if not self.process.stdout.readline():
-            sys.exit(f"error: the {what} of {tree} did not start (its error is above)")
-
-    def ask(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        answer = self.process.stdout.readline()
-        if not answer:
-            sys.exit(f"error: a {self.what} stopped (its error is above)")
-        return json.loads(answer)
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="a git revision of this repository")
@@ -109,75 +80,63 @@ def main() -> None:
         "--dtype", default="fp32", choices=["fp32", "bf16", "int8"], help="the model in bf16, or int8 linear maps"
     )
     args = parser.parse_args()
-    for name in ("repeats", "rounds", "threads", "new_tokens", "beams"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_decode import DEFAULT_VOCAB, build_aiayn, hardware, make_batch
+    common.at_least(parser, args, 1, "repeats", "rounds", "threads", "new_tokens", "beams")
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    print(hardware())
-    found = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True, text=True)
-    if found.returncode != 0:
-        sys.exit(f"error: --baseline {args.baseline}: not a revision of this repository")
-    revision = found.stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    print(f"current: {ROOT} (HEAD {head.strip()}, with its uncommitted changes); baseline: {revision}")
-    print(
-        f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), {args.dtype}, CPU seconds"
-    )
-    print("| dims | batch | baseline ms | current ms | baseline / current | per round |")
-    print("|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory(prefix="aiayn-bench-") as tmp:
-        tree = Path(tmp) / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), revision], cwd=ROOT, check=True)
-        try:
-            for dims in args.dims:
-                folder = Path(tmp) / dims
-                build_aiayn(dims, DEFAULT_VOCAB[dims]).save_pretrained(folder)
-                requests = {}
-                for batch in args.batch:
-                    ids, mask, _ = make_batch(batch, DEFAULT_VOCAB[dims], 15, 35, 0, eos=2, pad=0, low=4)
-                    requests[batch] = {
-                        "ids": ids.tolist(),
-                        "mask": mask.tolist(),
-                        "steps": args.new_tokens,
-                        "beams": args.beams,
-                    }
-                times = {batch: {"baseline": [], "current": []} for batch in args.batch}
-                rounds = {batch: [] for batch in args.batch}
-                for round_ in range(args.rounds):
-                    # New processes every round (started in turn first), so that where a process
-                    # happens to run (its core, its memory) is not counted for one side only.
-                    sides = [("baseline", tree), ("current", ROOT)][:: 1 if round_ % 2 == 0 else -1]
-                    workers = {
-                        name: Worker(path, WORKER, [str(folder), str(args.threads), args.dtype], "decoder")
-                        for name, path in sides
-                    }
-                    for batch, request in requests.items():
-                        for worker in workers.values():  # warm-up
-                            worker.ask(request)["seconds"]
-                        pairs = {name: [] for name in workers}
-                        for _ in range(args.repeats):
-                            for name, worker in workers.items():
-                                pairs[name].append(worker.ask(request)["seconds"])
-                        for name in pairs:
-                            times[batch][name] += pairs[name]
-                        rounds[batch].append(statistics.median(pairs["baseline"]) / statistics.median(pairs["current"]))
-                    for worker in workers.values():
-                        worker.close()
-                for batch in args.batch:
-                    base, cur = statistics.median(times[batch]["baseline"]), statistics.median(times[batch]["current"])
-                    within = statistics.median(b / c for b, c in zip(times[batch]["baseline"], times[batch]["current"]))
-                    spread = f"{min(rounds[batch]):.3f}-{max(rounds[batch]):.3f}"
-                    print(
-                        f"| {dims} | {batch} | {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) "
-                        f"| {spread} |"
-                    )
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    print(common.machine_line())
+    with (
+        tempfile.TemporaryDirectory(prefix="aiayn-bench-") as tmp,
+        common.baseline_tree(args.baseline, Path(tmp)) as tree,
+    ):
+        print(
+            f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), {args.dtype}, "
+            "CPU seconds"
+        )
+        print("| dims | batch | baseline ms | current ms | baseline / current | per round |")
+        print("|---|---|---|---|---|---|")
+        for dims in args.dims:
+            folder = Path(tmp) / dims
+            build_aiayn(dims, DEFAULT_VOCAB[dims]).save_pretrained(folder)
+            requests = {}
+            for batch in args.batch:
+                ids, mask, _ = make_batch(batch, DEFAULT_VOCAB[dims], 15, 35, 0, eos=2, pad=0, low=4)
+                requests[batch] = {
+                    "ids": ids.tolist(),
+                    "mask": mask.tolist(),
+                    "steps": args.new_tokens,
+                    "beams": args.beams,
+                }
+            times = {batch: {"baseline": [], "current": []} for batch in args.batch}
+            rounds = {batch: [] for batch in args.batch}
+            for round_ in range(args.rounds):
+                # New processes every round (started in turn first), so that where a process
+                # happens to run (its core, its memory) is not counted for one side only.
+                sides = [("baseline", tree), ("current", common.REPO)][:: 1 if round_ % 2 == 0 else -1]
+                workers = {
+                    name: Worker(path, WORKER, [str(folder), str(args.threads), args.dtype], "decoder")
+                    for name, path in sides
+                }
+                for batch, request in requests.items():
+                    for worker in workers.values():  # warm-up
+                        worker.ask(request)["seconds"]
+                    pairs = {name: [] for name in workers}
+                    for _ in range(args.repeats):
+                        for name, worker in workers.items():
+                            pairs[name].append(worker.ask(request)["seconds"])
+                    for name in pairs:
+                        times[batch][name] += pairs[name]
+                    rounds[batch].append(statistics.median(pairs["baseline"]) / statistics.median(pairs["current"]))
+                for worker in workers.values():
+                    worker.close()
+            for batch in args.batch:
+                base, cur = statistics.median(times[batch]["baseline"]), statistics.median(times[batch]["current"])
+                within = statistics.median(b / c for b, c in zip(times[batch]["baseline"], times[batch]["current"]))
+                spread = f"{min(rounds[batch]):.3f}-{max(rounds[batch]):.3f}"
+                print(
+                    f"| {dims} | {batch} | {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) "
+                    f"| {spread} |"
+                )
 
 
 if __name__ == "__main__":

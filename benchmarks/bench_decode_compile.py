@@ -46,8 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedModel  # noqa: E402
 from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
+from benchmarks import common  # noqa: E402
 from benchmarks import results as results_file  # noqa: E402
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, hardware, make_batch  # noqa: E402
+from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, make_batch  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -136,22 +137,13 @@ def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
             continue
         row["freezing"] = row["freezing"] or freezing
         break
-    times: dict[str, list[float]] = {"eager": [], "compiled": []}
+    sides = {"eager": lambda: eager_decode(*work), "compiled": lambda: compiled_decode(step, *compiled_work)}
     with torch._inductor.config.patch(freezing=row["freezing"] is True):
-        for repeat in range(args.repeats):
-            sides = [
-                ("eager", lambda: eager_decode(*work)),
-                ("compiled", lambda: compiled_decode(step, *compiled_work)),
-            ]
-            for name, run in sides if repeat % 2 == 0 else sides[::-1]:
-                time.sleep(0.3)  # the last run's OpenMP threads may spin for up to 200 ms
-                start = time.perf_counter()
-                run()
-                times[name].append(time.perf_counter() - start)
+        times = common.alternate(sides, args.repeats, warm_up=False)
     for name, seconds in times.items():
         row[f"{name}_ms_per_step"] = statistics.median(seconds) / args.new_tokens * 1e3
         row[f"{name}_times"] = [round(t, 6) for t in seconds]
-    row["eager/compiled"] = statistics.median(e / c for e, c in zip(times["eager"], times["compiled"]))
+    row["eager/compiled"] = common.ratio(times["compiled"], times["eager"])
     row["same_tokens"] = bool(torch.equal(eager_tokens, compiled_tokens))
     return row
 
@@ -184,13 +176,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     results_file.add_argument(parser, "bench_decode_compile")
     args = parser.parse_args()
-    for name in ("repeats", "threads", "new_tokens", "beams"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if min(args.batch) < 1:
-        parser.error(f"--batch must be >= 1, got {min(args.batch)}")
+    common.at_least(parser, args, 1, "repeats", "threads", "new_tokens", "beams", "batch")
     recorder = results_file.Recorder("bench_decode_compile")
-    print(hardware(), flush=True)
+    print(common.machine_line(), flush=True)
     rows = []
     for dims in args.dims:
         for batch in args.batch:
@@ -204,8 +192,7 @@ def main() -> None:
                     flush=True,
                 )
     print_rows(rows)
-    path = recorder.write({"rows": rows, "repeats": args.repeats}, path=args.results)
-    print(f"\nwrote {path}")
+    common.write_results(recorder, {"rows": rows, "repeats": args.repeats}, args.results)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiayn_cli.decoding import incremental  # noqa: E402
 from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
 from aiayn_cli.precision import inference_precision  # noqa: E402
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian, timed  # noqa: E402
+from benchmarks import common  # noqa: E402
+from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian  # noqa: E402
 
 
 def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:
@@ -62,12 +63,7 @@ def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:
                 "hf_generate": lambda: run_marian(marian, m_ids, m_mask, args.new_tokens, args.beams),
             }
         first, second = systems
-        times: dict[str, list[float]] = {name: [] for name in systems}
-        for fn in systems.values():  # warm-up
-            fn()
-        for repeat in range(args.repeats):
-            for name in list(systems) if repeat % 2 == 0 else list(reversed(systems)):
-                times[name].append(timed(systems[name], args.device)[0])
+        times = common.alternate(systems, args.repeats, device=args.device, pause=0)
         row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": args.beams, "new_tokens": args.new_tokens}
         row["dtype"] = str(dtype).removeprefix("torch.")
         for name in systems:

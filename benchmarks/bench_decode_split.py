@@ -55,12 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
 from aiayn_cli.decoding.parallel import SPLIT_MIN_ROWS  # noqa: E402
 from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
+from benchmarks import common  # noqa: E402
 from benchmarks import results as results_file  # noqa: E402
 from benchmarks.bench_decode import (  # noqa: E402
     DEFAULT_VOCAB,
     build_aiayn,
     build_marian,
-    hardware,
     make_batch,
     run_aiayn,
     run_marian,
@@ -110,15 +110,7 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
     for dtype, marian in models["marian"].items():
         name = "hf_marian" if dtype == "fp32" else f"hf_marian_{dtype}"
         systems[name] = lambda marian=marian: run_marian(marian, m_ids, m_mask, steps, beams)
-    for run in systems.values():  # warm-up: first calls allocate and pack
-        run()
-    times: dict[str, list[float]] = {name: [] for name in systems}
-    for _ in range(args.repeats):
-        for name, run in systems.items():
-            time.sleep(0.3)  # the last run's OpenMP threads may spin for up to 200 ms
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
+    times = common.alternate(systems, args.repeats, turn=False)  # after a warm-up: first calls allocate and pack
     split_over_threads = threads > 1 and batch * beams >= SPLIT_MIN_ROWS * threads
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
     if args.width:
@@ -129,7 +121,7 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
         if split_over_threads and name.startswith("aiayn"):  # its operators run where the profiler does not look
             row[name] |= {"ms_per_step": dict.fromkeys(KIND_NAMES), "operators_ms_per_step": []}
             continue
-        time.sleep(0.3)
+        time.sleep(common.PAUSE)
         wall, kinds, operators = profiled(run)
         kinds[OUTSIDE] = max(0.0, median - sum(kinds.values()))
         row[name] |= {
@@ -197,17 +189,13 @@ def main() -> None:
     )
     results_file.add_argument(parser, "bench_decode_split")
     args = parser.parse_args()
-    for name in ("repeats", "threads", "new_tokens", "beams", "top"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if min(args.batch) < 1:
-        parser.error(f"--batch must be >= 1, got {min(args.batch)}")
+    common.at_least(parser, args, 1, "repeats", "threads", "new_tokens", "beams", "top", "batch")
     for dims in args.dims if args.width is not None else ():
         if args.width < 1 or args.width % PRESETS[dims]["num_heads"]:
             heads = PRESETS[dims]["num_heads"]
             parser.error(f"--width must be a positive multiple of {dims}'s {heads} heads, got {args.width}")
     recorder = results_file.Recorder("bench_decode_split")
-    print(hardware(), flush=True)
+    print(common.machine_line(), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for dims in args.dims:
@@ -217,8 +205,7 @@ def main() -> None:
                 rows.append(split_row(dims, batch, args.threads, args, models))
                 print_row(rows[-1])
     figures = {"rows": rows, "repeats": args.repeats}
-    path = recorder.write(figures, path=args.results)
-    print(f"\nwrote {path}")
+    common.write_results(recorder, figures, args.results)
 
 
 if __name__ == "__main__":

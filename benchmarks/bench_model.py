@@ -16,33 +16,21 @@ import statistics
 import time
 
 import torch
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianMTModel
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.model.configuration_aiayn import PRESETS
 from aiayn_cli.precision import machine_summary
+from benchmarks import common
 
 
 def build_pair(dims: str, vocab_size: int) -> tuple[torch.nn.Module, torch.nn.Module]:
-    preset = PRESETS[dims]
     ours = AiaynForConditionalGeneration(AiaynConfig.from_preset(dims, vocab_size=vocab_size))
     marian = MarianMTModel(
-        MarianConfig(
-            vocab_size=vocab_size,
-            d_model=preset["d_model"],
-            encoder_layers=preset["num_encoder_layers"],
-            decoder_layers=preset["num_decoder_layers"],
-            encoder_ffn_dim=preset["d_ff"],
-            decoder_ffn_dim=preset["d_ff"],
-            encoder_attention_heads=preset["num_heads"],
-            decoder_attention_heads=preset["num_heads"],
-            activation_function="relu",
-            dropout=preset["dropout"],
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-            scale_embedding=True,
-            share_encoder_decoder_embeddings=True,
-            tie_word_embeddings=True,
+        common.marian_config(
+            dims,
+            vocab_size,
+            dropout=PRESETS[dims]["dropout"],
             max_position_embeddings=1024,
             pad_token_id=0,
             eos_token_id=2,

@@ -38,9 +38,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_export import machine  # noqa: E402
+from benchmarks import common  # noqa: E402
 
 
 def random_small_model(folder: Path, vocab_size: int = 8000) -> list[str]:
@@ -137,7 +136,9 @@ def main() -> None:
             for process, _ in servers.values():
                 process.terminate()
                 process.wait(timeout=120)
-    print(f"\n{machine()}; each server {args.threads} threads; model {args.model.name if args.model else 'small'}")
+    print(
+        f"\n{common.machine_line()}; each server {args.threads} threads; model {args.model.name if args.model else 'small'}"
+    )
     print(f"{args.requests} requests of one sentence per measurement, beam 4, medians of {args.repeats} repetitions")
     print("req/s: per wall-clock second; req/CPU-s: per second of the server's CPU time (steadier on a busy machine)")
     print(

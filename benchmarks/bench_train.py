@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import results  # noqa: E402
+from benchmarks import common, results  # noqa: E402
 from benchmarks.local_data import MULTI30K  # noqa: E402
 
 
@@ -140,7 +140,6 @@ def run_reference(args) -> dict:
     from transformers import (
         AutoTokenizer,
         DataCollatorForSeq2Seq,
-        MarianConfig,
         MarianMTModel,
         Seq2SeqTrainer,
         Seq2SeqTrainingArguments,
@@ -150,28 +149,14 @@ def run_reference(args) -> dict:
     from aiayn_cli.data.corpus import load_split
     from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import tokenize_split
-    from aiayn_cli.model.configuration_aiayn import PRESETS
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    dims = PRESETS[args.preset]
-    config = MarianConfig(
-        vocab_size=len(tokenizer),
+    config = common.marian_config(
+        args.preset,
+        len(tokenizer),
         decoder_vocab_size=len(tokenizer),
-        d_model=dims["d_model"],
-        encoder_layers=dims["num_encoder_layers"],
-        decoder_layers=dims["num_decoder_layers"],
-        encoder_attention_heads=dims["num_heads"],
-        decoder_attention_heads=dims["num_heads"],
-        encoder_ffn_dim=dims["d_ff"],
-        decoder_ffn_dim=dims["d_ff"],
-        activation_function="relu",
         dropout=args.dropout,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
         max_position_embeddings=256,
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=1,
@@ -216,23 +201,13 @@ def run_reference(args) -> dict:
         training_args = Seq2SeqTrainingArguments(
             output_dir=tmp,
             per_device_train_batch_size=args.batch_size,
-            learning_rate=5e-4,
-            lr_scheduler_type="inverse_sqrt",
+            **common.PEER_TRAINING,
             warmup_steps=500,
-            adam_beta1=0.9,
-            adam_beta2=0.98,
-            adam_epsilon=1e-9,
-            weight_decay=0.0,
-            label_smoothing_factor=0.1,
             max_steps=1_000_000,
             logging_steps=10_000,
-            save_strategy="no",
-            report_to=[],
             use_cpu=True,
             bf16=args.bf16,
-            seed=1,
             dataloader_num_workers=0,
-            disable_tqdm=True,
             train_sampling_strategy="group_by_length" if args.side == "grouped" else "random",
         )
         trainer = CountingTrainer(
