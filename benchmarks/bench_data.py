@@ -20,16 +20,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.data.batching import TokenBatchSampler  # noqa: E402
-from aiayn_cli.data.corpus import load_split  # noqa: E402
+from aiayn_cli.data.batching import TokenBatchSampler
+from aiayn_cli.data.corpus import load_split
 from aiayn_cli.data.spec import DataSpec
 from aiayn_cli.data.tokenization import (
     tokenize_split,
-    train_tokenizer,  # noqa: E402
+    train_tokenizer,
 )
-from aiayn_cli.precision import machine_summary  # noqa: E402
-from benchmarks import results  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
+from aiayn_cli.precision import machine_summary
+from benchmarks import results
+from benchmarks.local_data import MULTI30K
 
 
 def padding_of(batches, src, tgt) -> float:

@@ -86,12 +86,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
-from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.decoding.search import DecodingOptions, decode  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks import results as results_file  # noqa: E402
+from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli.decoding.incremental import PreparedModel
+from aiayn_cli.decoding.search import DecodingOptions, decode
+from aiayn_cli.model.configuration_aiayn import PRESETS
+from benchmarks import common
+from benchmarks import results as results_file
 
 DEFAULT_VOCAB = {"small": 10000, "base": 37000}
 

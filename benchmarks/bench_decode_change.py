@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common  # noqa: E402
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, make_batch  # noqa: E402
-from benchmarks.common import Worker  # noqa: E402
+from benchmarks import common
+from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, make_batch
+from benchmarks.common import Worker
 
 # The worker: one per revision, reading one JSON request per line, answering with CPU seconds.
 WORKER = r"""

@@ -44,11 +44,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedModel  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, make_batch  # noqa: E402
+from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedModel
+from aiayn_cli.model.configuration_aiayn import PRESETS
+from benchmarks import common
+from benchmarks import results as results_file
+from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, make_batch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

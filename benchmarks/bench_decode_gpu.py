@@ -34,11 +34,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding import incremental  # noqa: E402
-from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.precision import inference_precision  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian  # noqa: E402
+from aiayn_cli.decoding import incremental
+from aiayn_cli.decoding.incremental import PreparedModel
+from aiayn_cli.precision import inference_precision
+from benchmarks import common
+from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian
 
 
 def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:

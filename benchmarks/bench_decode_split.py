@@ -52,12 +52,12 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.decoding.parallel import SPLIT_MIN_ROWS  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.bench_decode import (  # noqa: E402
+from aiayn_cli.decoding.incremental import PreparedModel
+from aiayn_cli.decoding.parallel import SPLIT_MIN_ROWS
+from aiayn_cli.model.configuration_aiayn import PRESETS
+from benchmarks import common
+from benchmarks import results as results_file
+from benchmarks.bench_decode import (
     DEFAULT_VOCAB,
     build_aiayn,
     build_marian,

@@ -30,9 +30,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2  # noqa: E402
+from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2
 from aiayn_cli.decoding.translator import Translator
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 
 def ct2_translate(model, translator: Translator, sentences: list[str], beam: int, alpha: float, max_len: int):

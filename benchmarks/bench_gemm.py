@@ -30,14 +30,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.incremental import (  # noqa: E402
+from aiayn_cli.decoding.incremental import (
     FEW_ROWS,
     SMALL_WEIGHT,
     amx_int8_linear,
     amx_int8_min_rows,
     prepacked_linear,
 )
-from aiayn_cli.precision import machine_summary, onednn_amx  # noqa: E402
+from aiayn_cli.precision import machine_summary, onednn_amx
 
 
 def median_seconds(fn, repeats: int) -> float:

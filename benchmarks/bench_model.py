@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from transformers import MarianMTModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.model.configuration_aiayn import PRESETS

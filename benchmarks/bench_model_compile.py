@@ -28,10 +28,10 @@ from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks import results as results_file  # noqa: E402
+from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli.model.configuration_aiayn import PRESETS
+from benchmarks import common
+from benchmarks import results as results_file
 
 
 def compare(name: str, eager, compiled, repeats: int) -> dict:

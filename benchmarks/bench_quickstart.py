@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.evaluation.scoring import score  # noqa: E402
-from aiayn_cli.precision import machine_summary  # noqa: E402
-from benchmarks import results  # noqa: E402
+from aiayn_cli.evaluation.scoring import score
+from aiayn_cli.precision import machine_summary
+from benchmarks import results
 
 
 def run(options: list[str], folder: Path) -> tuple[float, str]:

@@ -33,11 +33,12 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
+from benchmarks import common
+from benchmarks.local_data import MULTI30K
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def write_corpus(multi30k: Path, pairs: int, folder: Path) -> None:

@@ -36,10 +36,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def random_small_model(folder: Path, vocab_size: int = 8000) -> list[str]:
@@ -63,7 +64,7 @@ def random_small_model(folder: Path, vocab_size: int = 8000) -> list[str]:
 
 
 def start_server(model: Path, threads: int, *args: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "aiayn_cli", "serve", "--model", str(model), "--port", "0"]
     process = subprocess.Popen([*command, "--threads", str(threads), *args], stderr=subprocess.PIPE, text=True, env=env)
     for line in process.stderr:

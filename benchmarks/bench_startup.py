@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.results import Recorder  # noqa: E402
+from benchmarks.results import Recorder
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = "The small dog sees a red ball.\n"

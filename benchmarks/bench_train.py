@@ -41,11 +41,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common, results  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
+from benchmarks import common, results
+from benchmarks.local_data import MULTI30K
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _recipe_overrides(args, output: Path) -> dict:

@@ -30,12 +30,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common  # noqa: E402
-from benchmarks.common import Worker  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
+from benchmarks import common
+from benchmarks.common import Worker
+from benchmarks.local_data import MULTI30K
+
+REPO = Path(__file__).resolve().parents[1]
 
 # The worker: one per revision, reading one JSON request per line (a run folder), answering with
 # the loop's CPU seconds and steps.

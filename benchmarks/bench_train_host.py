@@ -29,10 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common, results  # noqa: E402
+from benchmarks import common, results
+
+REPO = Path(__file__).resolve().parents[1]
 
 PAD, BOS, EOS = 0, 1, 2
 

@@ -46,10 +46,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common
+
+REPO = Path(__file__).resolve().parents[1]
 
 PAPER_STEP_TOKENS = 50_000  # §5.1: ~25,000 source + ~25,000 target tokens a step
 PAPER_STEPS = 100_000  # §5.2: base

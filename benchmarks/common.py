@@ -9,14 +9,17 @@
 
 The results file itself (what it holds, where it goes) is `benchmarks/results.py`'s.
 
-Scripts of this folder are run as `python benchmarks/x.py`, which puts `benchmarks/` first on the path and
-not the repository: each one opens with
+Scripts of this folder are run as `python benchmarks/x.py`, which puts `benchmarks/` first on the path
+and not the repository. Each one that imports the repository's packages puts it there, right after its
+other imports, and then imports `aiayn_cli` and `benchmarks.*` (never a sibling by its bare name):
 
-    REPO = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-and then imports `aiayn_cli` and `benchmarks.*` (never a sibling by its bare name), so that the same
-imports serve `python benchmarks/x.py` and `from benchmarks.x import ...` in the tests.
+    from aiayn_cli.decoding.incremental import PreparedModel
+    from benchmarks import common, results
+
+so that the same imports serve `python benchmarks/x.py` and the tests' `from benchmarks.x import ...`
+(ruff's E402 allows a `sys.path` change before imports: no `noqa`).
 """
 
 from __future__ import annotations

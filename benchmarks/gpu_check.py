@@ -45,11 +45,12 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.local_data import MULTI30K  # noqa: E402
-from benchmarks.results import Recorder, source_of  # noqa: E402
+from benchmarks.local_data import MULTI30K
+from benchmarks.results import Recorder, source_of
+
+REPO = Path(__file__).resolve().parents[1]
 
 PARTS = ("environment", "tests", "multi30k", "throughput", "host", "decoding", "lost")
 # Each part's own limit in seconds (the budget may leave less). tests: three `aiayn train` processes of
