@@ -5,7 +5,7 @@
 
 A change to the training loop (how a step is driven, its bookkeeping) can slow `aiayn train` down
 by a few percent, less than the noise between two runs of `bench_train.py`. This benchmark makes
-the comparison in one run, as `bench_decode_change.py` does for decoding: it checks the baseline
+the comparison in one run, as `bench_decode.py --mode change` does for decoding: it checks the baseline
 revision out into a temporary git worktree and starts one Python process per revision (each imports
 its own `aiayn_cli`). Both train the same model (`--preset`, dropout as shipped) on the same data (the
 first `--sentences` pairs of Multi30k's train split, `$AIAYN_MULTI30K`) with the same tokenizer (a

@@ -1,18 +1,18 @@
-"""Beam-4 decoding speed of this checkout against another revision of aiayn, in one run.
+"""`--mode change`: beam-4 decoding speed of this checkout against another revision of aiayn, in one run.
 
-    python benchmarks/bench_decode_change.py --baseline 4fb1409^      # against the decoder before that commit
-    python benchmarks/bench_decode_change.py --baseline main --dims base --batch 1 --repeats 9
-    python benchmarks/bench_decode_change.py --baseline HEAD --dtype int8        # int8 linear maps (bf16: the model)
+    python benchmarks/bench_decode.py --mode change --baseline 4fb1409^   # against the decoder before that commit
+    python benchmarks/bench_decode.py --mode change --baseline main --dims base --batch 1 --repeats 9
+    python benchmarks/bench_decode.py --mode change --baseline HEAD --dtype int8  # int8 linear maps (bf16: the model)
 
 A change to the model's modules or to the fast decoder can slow `aiayn translate` down by a few
-percent, less than the noise between two runs of `bench_decode.py`. This benchmark makes the
+percent, less than the noise between two runs of `--mode engines`. This benchmark makes the
 comparison in one run: it checks the baseline revision out into a temporary git worktree, starts
 one Python process per revision (each imports its own `aiayn_cli`), gives both the same model
 (random float32 weights, the `small` or `base` preset, saved once and loaded by both; `--dtype bf16`
 or `int8` as `aiayn translate` takes them) and the same batch, and alternates them: each repetition
 times one decode in each process, in turn. Times are CPU seconds of the decoding process
 (`time.process_time`, 1 thread by default), which other jobs on the machine disturb far less than
-wall-clock time. Decoding is `bench_decode.py`'s: beam 4 and exactly `--new-tokens` steps per
+wall-clock time. Decoding is `--mode engines`': beam 4 and exactly `--new-tokens` steps per
 sentence. The ratio is baseline time / current time (above 1:
 the current checkout is faster), of the medians, and in brackets the median of the per-repetition
 ratios. Two processes running the same code can differ by several percent for as long as they live
@@ -22,17 +22,13 @@ processes; "per round" gives the lowest and highest ratio of the rounds' medians
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from benchmarks import common
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, make_batch
 from benchmarks.common import Worker
+from benchmarks.decoding import DEFAULT_VOCAB, build_aiayn, make_batch
 
 # The worker: one per revision, reading one JSON request per line, answering with CPU seconds.
 WORKER = r"""
@@ -66,41 +62,41 @@ for line in sys.stdin:
 """
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+DEFAULTS = {"dims": ["small", "base"], "batch": [1, 8, 32], "threads": [1], "dtype": ["fp32"], "repeats": 7}
+DTYPES = ("fp32", "bf16", "int8")  # the model in bf16, or int8 linear maps
+RESULTS = None
+
+
+def add_arguments(parser) -> None:
     parser.add_argument("--baseline", required=True, help="a git revision of this repository")
-    parser.add_argument("--dims", nargs="+", default=["small", "base"], choices=["small", "base"])
-    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=7, help="timed decodes per side, per round")
     parser.add_argument("--rounds", type=int, default=3, help="pairs of new worker processes")
-    parser.add_argument("--new-tokens", type=int, default=30)
-    parser.add_argument("--beams", type=int, default=4)
-    parser.add_argument(
-        "--dtype", default="fp32", choices=["fp32", "bf16", "int8"], help="the model in bf16, or int8 linear maps"
-    )
-    args = parser.parse_args()
-    common.at_least(parser, args, 1, "repeats", "rounds", "threads", "new_tokens", "beams")
+
+
+def check(parser, args) -> None:
+    common.at_least(parser, args, 1, "rounds")
+    for name in ("threads", "dtype"):
+        if len(getattr(args, name)) != 1:
+            parser.error(f"--{name}: --mode change takes one, got {' '.join(map(str, getattr(args, name)))}")
+
+
+def run(args) -> dict:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    print(common.machine_line())
+    threads, dtype, rows = args.threads[0], args.dtype[0], []
     with (
         tempfile.TemporaryDirectory(prefix="aiayn-bench-") as tmp,
         common.baseline_tree(args.baseline, Path(tmp)) as tree,
     ):
-        print(
-            f"beam {args.beams}, {args.new_tokens} steps per sentence, {args.threads} thread(s), {args.dtype}, "
-            "CPU seconds"
-        )
+        print(f"beam {args.beams}, {args.new_tokens} steps per sentence, {threads} thread(s), {dtype}, CPU seconds")
         print("| dims | batch | baseline ms | current ms | baseline / current | per round |")
         print("|---|---|---|---|---|---|")
         for dims in args.dims:
-            folder = Path(tmp) / dims
-            build_aiayn(dims, DEFAULT_VOCAB[dims]).save_pretrained(folder)
+            folder, vocab = Path(tmp) / dims, args.vocab or DEFAULT_VOCAB.get(dims, 10000)
+            build_aiayn(dims, vocab).save_pretrained(folder)
             requests = {}
             for batch in args.batch:
-                ids, mask, _ = make_batch(batch, DEFAULT_VOCAB[dims], 15, 35, 0, eos=2, pad=0, low=4)
+                ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
                 requests[batch] = {
                     "ids": ids.tolist(),
                     "mask": mask.tolist(),
@@ -114,8 +110,7 @@ def main() -> None:
                 # happens to run (its core, its memory) is not counted for one side only.
                 sides = [("baseline", tree), ("current", common.REPO)][:: 1 if round_ % 2 == 0 else -1]
                 workers = {
-                    name: Worker(path, WORKER, [str(folder), str(args.threads), args.dtype], "decoder")
-                    for name, path in sides
+                    name: Worker(path, WORKER, [str(folder), str(threads), dtype], "decoder") for name, path in sides
                 }
                 for batch, request in requests.items():
                     for worker in workers.values():  # warm-up
@@ -133,11 +128,13 @@ def main() -> None:
                 base, cur = statistics.median(times[batch]["baseline"]), statistics.median(times[batch]["current"])
                 within = statistics.median(b / c for b, c in zip(times[batch]["baseline"], times[batch]["current"]))
                 spread = f"{min(rounds[batch]):.3f}-{max(rounds[batch]):.3f}"
+                rows.append(
+                    {"dims": dims, "vocab": vocab, "batch": batch, "threads": threads, "dtype": dtype}
+                    | {"baseline_seconds": base, "current_seconds": cur, "baseline/current": base / cur}
+                    | {"within": within, "rounds": rounds[batch], "times": times[batch]}
+                )
                 print(
                     f"| {dims} | {batch} | {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) "
                     f"| {spread} |"
                 )
-
-
-if __name__ == "__main__":
-    main()
+    return {"rows": rows}
