@@ -345,7 +345,7 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
                 )
     if m["engine"] is not None:
         pool = models.ctranslate2_process()
-        sources = ours[2]
+        sources = ours[2]  # aiayn's ids, for the engine; as words for CTranslate2 called directly
         words = [[f"t{i}" if i != 2 else "</s>" for i in s] for s in sources]
         cache = str(models.workdir / "cache")
         for dtype in (d for d in args.dtype if d != "bf16"):
@@ -362,8 +362,7 @@ def bench(dims: str, vocab: int, batch: int, threads: int, args, models: Models)
                 )
     if args.systems:
         systems = {name: fn for name, fn in systems.items() if name in args.systems}
-    tokens = {name: fn() for name, fn in systems.items()}  # warm-up, and the tokens each decodes
-    tokens = {name: n[1] if isinstance(n, tuple) else n for name, n in tokens.items()}
+    tokens = {name: common.timed(fn, args.device)[1] for name, fn in systems.items()}  # warm-up: tokens decoded
     times = common.alternate(systems, args.repeats, device=args.device, warm_up=False)
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
     for name in (n for n in systems if n.startswith("aiayn_ct2")):  # the engine's own share of its time
