@@ -27,8 +27,7 @@ from aiayn_cli.data.tokenization import (
     tokenize_split,
     train_tokenizer,
 )
-from aiayn_cli.precision import machine_summary
-from benchmarks import results
+from benchmarks import common, results
 from benchmarks.local_data import MULTI30K
 
 
@@ -138,7 +137,7 @@ def main() -> None:
         ("random batches of 64 sentences", f"{len(random64)} batches", f"padding {padding_of(random64, src, tgt):.2%}")
     )
 
-    print(machine_summary())
+    print(common.machine_line())
     print(
         f"Multi30k en-de, {os.cpu_count()} CPUs, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}"
     )

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.model.configuration_aiayn import PRESETS
-from aiayn_cli.precision import machine_summary
 from benchmarks import common
 
 
@@ -119,7 +118,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(machine_summary())
+    print(common.machine_line())
     print(f"threads={args.threads} vocab={args.vocab_size} torch={torch.__version__}")
     header = f"{'dims':<6} {'measure':<22} {'aiayn tok/s':>12} {'Marian tok/s':>13} {'ratio':>7}"
     print(header)

@@ -27,8 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli.evaluation.scoring import score
-from aiayn_cli.precision import machine_summary
-from benchmarks import results
+from benchmarks import common, results
 
 
 def run(options: list[str], folder: Path) -> tuple[float, str]:
@@ -84,7 +83,7 @@ def main() -> None:
     parser.add_argument("--busy-cores", type=int, default=0, help="processes keeping a core busy throughout")
     results.add_argument(parser, "quickstart")
     args = parser.parse_args()
-    print(machine_summary(), flush=True)
+    print(common.machine_line(), flush=True)
     options = [
         *(["--steps", str(args.steps)] if args.steps else []),
         *(["--minutes", str(args.minutes)] if args.minutes else []),

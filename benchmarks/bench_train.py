@@ -274,10 +274,8 @@ def _allocator_environment(allocator: str) -> dict[str, str]:
 def _table(args, totals: dict) -> None:
     import torch
 
-    from aiayn_cli.precision import machine_summary
-
     torch.set_num_threads(args.threads)
-    print(machine_summary())
+    print(common.machine_line())
     settings = _allocator_environment(args.allocator).get("MALLOC_CONF")
     print(
         f"allocator of every side: {'glibc malloc' if args.allocator == 'system' else args.allocator}"
