@@ -322,7 +322,7 @@ def _table(args, totals: dict) -> None:
     ]
     settings = {"preset": args.preset, "precision": "bf16" if args.bf16 else "fp32", "seconds": args.seconds,
                 "rounds": args.rounds, "max_tokens": args.max_tokens, "hf_batch_size": args.batch_size}  # fmt: skip
-    print(f"wrote {results.Recorder('bench_train').write({'rows': rows, 'settings': settings})}")
+    common.write_results(results.Recorder("bench_train"), {"rows": rows, "settings": settings}, args.results)
 
 
 def main() -> None:
@@ -356,6 +356,7 @@ def main() -> None:
     )
     parser.add_argument("--side", choices=tuple(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    results.add_argument(parser, "bench_train")
     args = parser.parse_args()
     if args.precision == "auto":
         from aiayn_cli.precision import native_bf16
