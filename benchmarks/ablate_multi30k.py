@@ -30,12 +30,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.gpu_check import SMOKE_MULTI30K, _smoke_multi30k, install  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
-from benchmarks.results import Recorder, source_of  # noqa: E402
+from benchmarks.gpu_check import SMOKE_MULTI30K, _smoke_multi30k, install
+from benchmarks.local_data import MULTI30K
+from benchmarks.results import Recorder, source_of
+
+REPO = Path(__file__).resolve().parents[1]
 
 # name -> (what changes, in words; the --set overrides). "base" is the recipe as shipped.
 LAYERS_4 = {"model.num_encoder_layers": 4, "model.num_decoder_layers": 4}

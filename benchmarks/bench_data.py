@@ -20,16 +20,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.data.batching import TokenBatchSampler  # noqa: E402
-from aiayn_cli.data.corpus import load_split  # noqa: E402
+from aiayn_cli.data.batching import TokenBatchSampler
+from aiayn_cli.data.corpus import load_split
 from aiayn_cli.data.spec import DataSpec
 from aiayn_cli.data.tokenization import (
     tokenize_split,
-    train_tokenizer,  # noqa: E402
+    train_tokenizer,
 )
-from aiayn_cli.precision import machine_summary  # noqa: E402
-from benchmarks import results  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
+from benchmarks import common, results
+from benchmarks.local_data import MULTI30K
 
 
 def padding_of(batches, src, tgt) -> float:
@@ -138,7 +137,7 @@ def main() -> None:
         ("random batches of 64 sentences", f"{len(random64)} batches", f"padding {padding_of(random64, src, tgt):.2%}")
     )
 
-    print(machine_summary())
+    print(common.machine_line())
     print(
         f"Multi30k en-de, {os.cpu_count()} CPUs, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}"
     )

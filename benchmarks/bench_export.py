@@ -20,7 +20,6 @@ What it measures, in one run:
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,25 +30,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2  # noqa: E402
-from aiayn_cli.decoding.translator import Translator  # noqa: E402
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        flags = Path("/proc/cpuinfo").read_text()
-        bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
-    except OSError:
-        bf16 = False
-    return (
-        f"{cpu}; torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
-        f"native bf16: {'yes' if bf16 else 'no'}; {torch.get_num_threads()} threads"
-    )
+from aiayn_cli.decoding.ctranslate2_convert import export_ctranslate2
+from aiayn_cli.decoding.translator import Translator
+from benchmarks import common
 
 
 def ct2_translate(model, translator: Translator, sentences: list[str], beam: int, alpha: float, max_len: int):
@@ -124,7 +107,7 @@ def main() -> None:
 
 
 def report(args, sentences, references, outputs, seconds, ct2_float32, translator, alpha, beam, sacrebleu) -> None:
-    print(f"{len(sentences)} sentences of {args.input}; beam {beam}, alpha {alpha}; {machine()}")
+    print(f"{len(sentences)} sentences of {args.input}; beam {beam}, alpha {alpha}; {common.machine_line()}")
     print(f"medians of {args.repeats} repetitions, the systems taking turns\n")
     print("| system | sacreBLEU | sentences/s | vs aiayn (hf) |")
     print("|---|---|---|---|")

@@ -30,14 +30,15 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.decoding.incremental import (  # noqa: E402
+from aiayn_cli.decoding.incremental import (
     FEW_ROWS,
     SMALL_WEIGHT,
     amx_int8_linear,
     amx_int8_min_rows,
     prepacked_linear,
 )
-from aiayn_cli.precision import machine_summary, onednn_amx  # noqa: E402
+from aiayn_cli.precision import onednn_amx
+from benchmarks import common
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -68,7 +69,7 @@ def main() -> None:
         "w_2": (args.d_ff, args.d_model),
         "lm_head": (args.d_model, args.vocab),
     }
-    print(machine_summary())
+    print(common.machine_line())
     print("GFLOP/s of F.linear / F.linear on W^T stored / oneDNN prepacked (where it runs)")
     print(f"linear_map: BLAS on W^T for at most {FEW_ROWS} rows and {SMALL_WEIGHT:,} weight elements (float32)")
     print("| projection | in x out | " + " | ".join(f"{n} rows" for n in args.rows) + " |")

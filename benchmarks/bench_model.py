@@ -13,36 +13,27 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianMTModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
 from aiayn_cli.model.configuration_aiayn import PRESETS
-from aiayn_cli.precision import machine_summary
+from benchmarks import common
 
 
 def build_pair(dims: str, vocab_size: int) -> tuple[torch.nn.Module, torch.nn.Module]:
-    preset = PRESETS[dims]
     ours = AiaynForConditionalGeneration(AiaynConfig.from_preset(dims, vocab_size=vocab_size))
     marian = MarianMTModel(
-        MarianConfig(
-            vocab_size=vocab_size,
-            d_model=preset["d_model"],
-            encoder_layers=preset["num_encoder_layers"],
-            decoder_layers=preset["num_decoder_layers"],
-            encoder_ffn_dim=preset["d_ff"],
-            decoder_ffn_dim=preset["d_ff"],
-            encoder_attention_heads=preset["num_heads"],
-            decoder_attention_heads=preset["num_heads"],
-            activation_function="relu",
-            dropout=preset["dropout"],
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-            scale_embedding=True,
-            share_encoder_decoder_embeddings=True,
-            tie_word_embeddings=True,
+        common.marian_config(
+            dims,
+            vocab_size,
+            dropout=PRESETS[dims]["dropout"],
             max_position_embeddings=1024,
             pad_token_id=0,
             eos_token_id=2,
@@ -127,7 +118,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(machine_summary())
+    print(common.machine_line())
     print(f"threads={args.threads} vocab={args.vocab_size} torch={torch.__version__}")
     header = f"{'dims':<6} {'measure':<22} {'aiayn tok/s':>12} {'Marian tok/s':>13} {'ratio':>7}"
     print(header)

@@ -20,9 +20,7 @@ unless `--results FILE` says where.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -30,32 +28,18 @@ from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.bench_decode import hardware  # noqa: E402
-
-
-def timed(function, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return times
+from aiayn_cli import AiaynConfig, AiaynForConditionalGeneration
+from aiayn_cli.model.configuration_aiayn import PRESETS
+from benchmarks import common
+from benchmarks import results as results_file
 
 
 def compare(name: str, eager, compiled, repeats: int) -> dict:
     """First compiled call (compiling), then eager and compiled alternately, `repeats` times each."""
-    start = time.perf_counter()
-    compiled()
-    first = time.perf_counter() - start
+    first = common.timed(compiled)[0]
     eager()  # warm
-    eager_times, compiled_times = [], []
-    for _ in range(repeats):
-        eager_times += timed(eager, 1)
-        compiled_times += timed(compiled, 1)
-    eager_ms, compiled_ms = 1000 * statistics.median(eager_times), 1000 * statistics.median(compiled_times)
+    times = common.alternate({"eager": eager, "compiled": compiled}, repeats, pause=0, warm_up=False, turn=False)
+    eager_ms, compiled_ms = common.median_ms(times["eager"]), common.median_ms(times["compiled"])
     return {
         "step": name,
         "first_compiled_seconds": round(first, 2),
@@ -121,14 +105,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     results_file.add_argument(parser, "bench_model_compile")
     args = parser.parse_args()
-    for name in ("repeats", "threads", "batch", "vocab"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    common.at_least(parser, args, 1, "repeats", "threads", "batch", "vocab")
     if args.length < 2:
         parser.error(f"--length must be >= 2, got {args.length}")
     torch.set_num_threads(args.threads)
     recorder = results_file.Recorder("bench_model_compile")
-    print(hardware(), flush=True)
+    print(common.machine_line(), flush=True)
     rows = []
     for dims in args.dims:
         for row in rows_for(dims, args):
@@ -138,8 +120,7 @@ def main() -> None:
                 f"{row['eager_ms']:.2f} ms, compiled {row['compiled_ms']:.2f} ms ({row['speedup']:.2f}x)",
                 flush=True,
             )
-    path = recorder.write({"rows": rows, "repeats": args.repeats, "threads": args.threads}, path=args.results)
-    print(f"\nwrote {path}")
+    common.write_results(recorder, {"rows": rows, "repeats": args.repeats, "threads": args.threads}, args.results)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiayn_cli.evaluation.scoring import score  # noqa: E402
-from aiayn_cli.precision import machine_summary  # noqa: E402
-from benchmarks import results  # noqa: E402
+from aiayn_cli.evaluation.scoring import score
+from benchmarks import common, results
 
 
 def run(options: list[str], folder: Path) -> tuple[float, str]:
@@ -85,7 +84,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the quickstart's folder here (default: a temporary one)")
     results.add_argument(parser, "quickstart")
     args = parser.parse_args()
-    print(machine_summary(), flush=True)
+    print(common.machine_line(), flush=True)
     options = [
         *(["--steps", str(args.steps)] if args.steps else []),
         *(["--minutes", str(args.minutes)] if args.minutes else []),

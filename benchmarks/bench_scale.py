@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -34,28 +33,12 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import common
+from benchmarks.local_data import MULTI30K
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.local_data import MULTI30K  # noqa: E402
-
-
-def machine() -> str:
-    import torch
-
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor(),
-    )
-    bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return (
-        f"CPU: {model}, {os.cpu_count()} cores; torch {torch.__version__}, capability "
-        f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {bf16}"
-    )
 
 
 def write_corpus(multi30k: Path, pairs: int, folder: Path) -> None:
@@ -193,7 +176,7 @@ def main() -> None:
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return
-    print(machine(), flush=True)
+    print(common.machine_line(), flush=True)
     rows: list[dict] = []
 
     def save() -> None:

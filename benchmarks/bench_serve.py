@@ -36,11 +36,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_export import machine  # noqa: E402
+from benchmarks import common
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def random_small_model(folder: Path, vocab_size: int = 8000) -> list[str]:
@@ -64,7 +64,7 @@ def random_small_model(folder: Path, vocab_size: int = 8000) -> list[str]:
 
 
 def start_server(model: Path, threads: int, *args: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "aiayn_cli", "serve", "--model", str(model), "--port", "0"]
     process = subprocess.Popen([*command, "--threads", str(threads), *args], stderr=subprocess.PIPE, text=True, env=env)
     for line in process.stderr:
@@ -137,7 +137,9 @@ def main() -> None:
             for process, _ in servers.values():
                 process.terminate()
                 process.wait(timeout=120)
-    print(f"\n{machine()}; each server {args.threads} threads; model {args.model.name if args.model else 'small'}")
+    print(
+        f"\n{common.machine_line()}; each server {args.threads} threads; model {args.model.name if args.model else 'small'}"
+    )
     print(f"{args.requests} requests of one sentence per measurement, beam 4, medians of {args.repeats} repetitions")
     print("req/s: per wall-clock second; req/CPU-s: per second of the server's CPU time (steadier on a busy machine)")
     print(

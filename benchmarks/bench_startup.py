@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.results import Recorder  # noqa: E402
+from benchmarks import common
+from benchmarks.results import Recorder
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = "The small dog sees a red ball.\n"
@@ -118,9 +119,7 @@ def main() -> None:
             f"cpu/floor {row['cpu_vs_floor']:.2f}  exit {row['exit_codes']}"
         )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    from aiayn_cli.precision import machine_summary
-
-    print(machine_summary())
+    print(common.machine_line())
     path = recorder.write({"model": args.model, "repeats": args.repeats, "rows": rows}, path=args.results)
     print(f"wrote {path}")
     import shutil

@@ -41,11 +41,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import results  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
+from benchmarks import common, results
+from benchmarks.local_data import MULTI30K
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _recipe_overrides(args, output: Path) -> dict:
@@ -140,7 +141,6 @@ def run_reference(args) -> dict:
     from transformers import (
         AutoTokenizer,
         DataCollatorForSeq2Seq,
-        MarianConfig,
         MarianMTModel,
         Seq2SeqTrainer,
         Seq2SeqTrainingArguments,
@@ -150,28 +150,14 @@ def run_reference(args) -> dict:
     from aiayn_cli.data.corpus import load_split
     from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import tokenize_split
-    from aiayn_cli.model.configuration_aiayn import PRESETS
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    dims = PRESETS[args.preset]
-    config = MarianConfig(
-        vocab_size=len(tokenizer),
+    config = common.marian_config(
+        args.preset,
+        len(tokenizer),
         decoder_vocab_size=len(tokenizer),
-        d_model=dims["d_model"],
-        encoder_layers=dims["num_encoder_layers"],
-        decoder_layers=dims["num_decoder_layers"],
-        encoder_attention_heads=dims["num_heads"],
-        decoder_attention_heads=dims["num_heads"],
-        encoder_ffn_dim=dims["d_ff"],
-        decoder_ffn_dim=dims["d_ff"],
-        activation_function="relu",
         dropout=args.dropout,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
         max_position_embeddings=256,
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=1,
@@ -216,23 +202,13 @@ def run_reference(args) -> dict:
         training_args = Seq2SeqTrainingArguments(
             output_dir=tmp,
             per_device_train_batch_size=args.batch_size,
-            learning_rate=5e-4,
-            lr_scheduler_type="inverse_sqrt",
+            **common.PEER_TRAINING,
             warmup_steps=500,
-            adam_beta1=0.9,
-            adam_beta2=0.98,
-            adam_epsilon=1e-9,
-            weight_decay=0.0,
-            label_smoothing_factor=0.1,
             max_steps=1_000_000,
             logging_steps=10_000,
-            save_strategy="no",
-            report_to=[],
             use_cpu=True,
             bf16=args.bf16,
-            seed=1,
             dataloader_num_workers=0,
-            disable_tqdm=True,
             train_sampling_strategy="group_by_length" if args.side == "grouped" else "random",
         )
         trainer = CountingTrainer(
@@ -298,10 +274,8 @@ def _allocator_environment(allocator: str) -> dict[str, str]:
 def _table(args, totals: dict) -> None:
     import torch
 
-    from aiayn_cli.precision import machine_summary
-
     torch.set_num_threads(args.threads)
-    print(machine_summary())
+    print(common.machine_line())
     settings = _allocator_environment(args.allocator).get("MALLOC_CONF")
     print(
         f"allocator of every side: {'glibc malloc' if args.allocator == 'system' else args.allocator}"
@@ -348,7 +322,7 @@ def _table(args, totals: dict) -> None:
     ]
     settings = {"preset": args.preset, "precision": "bf16" if args.bf16 else "fp32", "seconds": args.seconds,
                 "rounds": args.rounds, "max_tokens": args.max_tokens, "hf_batch_size": args.batch_size}  # fmt: skip
-    print(f"wrote {results.Recorder('bench_train').write({'rows': rows, 'settings': settings})}")
+    common.write_results(results.Recorder("bench_train"), {"rows": rows, "settings": settings}, args.results)
 
 
 def main() -> None:
@@ -382,6 +356,7 @@ def main() -> None:
     )
     parser.add_argument("--side", choices=tuple(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    results.add_argument(parser, "bench_train")
     args = parser.parse_args()
     if args.precision == "auto":
         from aiayn_cli.precision import native_bf16

@@ -5,7 +5,7 @@
 
 A change to the training loop (how a step is driven, its bookkeeping) can slow `aiayn train` down
 by a few percent, less than the noise between two runs of `bench_train.py`. This benchmark makes
-the comparison in one run, as `bench_decode_change.py` does for decoding: it checks the baseline
+the comparison in one run, as `bench_decode.py --mode change` does for decoding: it checks the baseline
 revision out into a temporary git worktree and starts one Python process per revision (each imports
 its own `aiayn_cli`). Both train the same model (`--preset`, dropout as shipped) on the same data (the
 first `--sentences` pairs of Multi30k's train split, `$AIAYN_MULTI30K`) with the same tokenizer (a
@@ -30,11 +30,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_decode_change import Worker  # noqa: E402
-from benchmarks.local_data import MULTI30K  # noqa: E402
+from benchmarks import common
+from benchmarks.common import Worker
+from benchmarks.local_data import MULTI30K
+
+REPO = Path(__file__).resolve().parents[1]
 
 # The worker: one per revision, reading one JSON request per line (a run folder), answering with
 # the loop's CPU seconds and steps.
@@ -97,31 +99,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="measured trainings per side, per round")
     parser.add_argument("--rounds", type=int, default=2, help="pairs of new worker processes")
     args = parser.parse_args()
-    for name in ("sentences", "steps", "max_tokens", "threads", "repeats", "rounds"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    common.at_least(parser, args, 1, "sentences", "steps", "max_tokens", "threads", "repeats", "rounds")
     if not (args.multi30k / "train.en").is_file():
         sys.exit(f"error: --multi30k {args.multi30k}: no train.en there (set $AIAYN_MULTI30K)")
 
-    from aiayn_cli.precision import machine_summary
-
-    print(machine_summary())
+    print(common.machine_line())
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    found = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True, text=True)
-    if found.returncode != 0:
-        sys.exit(f"error: --baseline {args.baseline}: not a revision of this repository")
-    revision = found.stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    print(f"current: {ROOT} (HEAD {head.strip()}, with its uncommitted changes); baseline: {revision}")
     print(
         f"preset {args.preset}, {args.precision}, max_tokens {args.max_tokens}, {args.steps} steps per training, "
         f"{args.threads} thread(s), CPU seconds per step"
     )
     with tempfile.TemporaryDirectory(prefix="aiayn-bench-") as tmp:
         tmp = Path(tmp)
-        tree = tmp / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), revision], cwd=ROOT, check=True)
-        try:
+        with common.baseline_tree(args.baseline, tmp) as tree:
             _subset(args.multi30k, tmp / "data", args.sentences)
             env = {**os.environ, "PYTHONPATH": str(tree)}
             subprocess.run(
@@ -137,13 +127,7 @@ def main() -> None:
                     "max_steps": args.steps,
                     "max_epochs": None,
                     "max_time": None,
-                    "valid_split": None,
-                    "best_metric": "loss",
-                    "average_last": None,
-                    "length_penalty_grid": None,
-                    "checkpoint_every_minutes": None,
-                    "checkpoint_every_steps": None,
-                    "trackers": [],
+                    **common.STEPS_ONLY,
                     "mixed_precision": "bf16" if args.precision == "bf16" else "no",
                     "log_every_steps": 10,
                 },
@@ -151,7 +135,7 @@ def main() -> None:
             times = {"baseline": [], "current": []}
             rounds, run = [], 0
             for round_ in range(args.rounds):
-                sides = [("baseline", tree), ("current", ROOT)][:: 1 if round_ % 2 == 0 else -1]
+                sides = [("baseline", tree), ("current", REPO)][:: 1 if round_ % 2 == 0 else -1]
                 workers = {name: Worker(path, WORKER, [json.dumps(settings)], "trainer") for name, path in sides}
                 for worker in workers.values():  # warm-up: imports, first allocations, compiled loss
                     run += 1
@@ -167,8 +151,6 @@ def main() -> None:
                 for worker in workers.values():
                     worker.close()
                 print(f"round {round_ + 1}: baseline / current {rounds[-1]:.3f}", file=sys.stderr, flush=True)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
     base, cur = statistics.median(times["baseline"]), statistics.median(times["current"])
     within = statistics.median(b / c for b, c in zip(times["baseline"], times["current"]))
     print("| baseline ms/step | current ms/step | baseline / current | per round |")

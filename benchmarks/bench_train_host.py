@@ -29,10 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import results  # noqa: E402
+from benchmarks import common, results
+
+REPO = Path(__file__).resolve().parents[1]
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -79,13 +80,7 @@ def recipe_for(args, output: Path, steps: int):
             "tokenizer_training": None,
             "max_steps": steps,
             "log_every_steps": steps,  # one log line a round, as a real run logs every few hundred steps
-            "valid_split": None,
-            "best_metric": "loss",
-            "average_last": None,
-            "length_penalty_grid": None,
-            "checkpoint_every_minutes": None,
-            "checkpoint_every_steps": None,
-            "trackers": [],
+            **common.STEPS_ONLY,
             "mixed_precision": args.precision,
         },
     )

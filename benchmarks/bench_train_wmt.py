@@ -46,8 +46,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import common
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 PAPER_STEP_TOKENS = 50_000  # §5.1: ~25,000 source + ~25,000 target tokens a step
 PAPER_STEPS = 100_000  # §5.2: base
@@ -288,7 +291,6 @@ def run_hf(args) -> dict:
     from transformers import (
         AutoTokenizer,
         DataCollatorForSeq2Seq,
-        MarianConfig,
         MarianMTModel,
         Seq2SeqTrainer,
         Seq2SeqTrainingArguments,
@@ -298,28 +300,14 @@ def run_hf(args) -> dict:
     from aiayn_cli.data.corpus import load_split
     from aiayn_cli.data.spec import DataSpec
     from aiayn_cli.data.tokenization import tokenize_split
-    from aiayn_cli.model.configuration_aiayn import PRESETS
 
     tokenizer = AutoTokenizer.from_pretrained(args.work / "corpus" / "tokenizer")
-    dims = PRESETS[args.preset]
-    config = MarianConfig(
-        vocab_size=len(tokenizer),
+    config = common.marian_config(
+        args.preset,
+        len(tokenizer),
         decoder_vocab_size=len(tokenizer),
-        d_model=dims["d_model"],
-        encoder_layers=dims["num_encoder_layers"],
-        decoder_layers=dims["num_decoder_layers"],
-        encoder_attention_heads=dims["num_heads"],
-        decoder_attention_heads=dims["num_heads"],
-        encoder_ffn_dim=dims["d_ff"],
-        decoder_ffn_dim=dims["d_ff"],
-        activation_function="relu",
         dropout=0.1,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
         max_position_embeddings=256,
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=1,
@@ -371,22 +359,12 @@ def run_hf(args) -> dict:
             output_dir=tmp,
             per_device_train_batch_size=per_device,
             gradient_accumulation_steps=args.accumulation,
-            learning_rate=5e-4,
-            lr_scheduler_type="inverse_sqrt",
+            **common.PEER_TRAINING,
             warmup_steps=4000,
-            adam_beta1=0.9,
-            adam_beta2=0.98,
-            adam_epsilon=1e-9,
-            weight_decay=0.0,
-            label_smoothing_factor=0.1,
             max_steps=last,
             logging_steps=100_000,
-            save_strategy="no",
-            report_to=[],
             use_cpu=not args.device.startswith("cuda"),
             bf16=bf16,
-            seed=1,
-            disable_tqdm=True,
             **grouping,
         )
         trainer = CountingTrainer(

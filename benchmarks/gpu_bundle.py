@@ -30,11 +30,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.local_data import MULTI30K  # noqa: E402
-from benchmarks.results import source_record  # noqa: E402
+from benchmarks.local_data import MULTI30K
+from benchmarks.results import source_record
+
+REPO = Path(__file__).resolve().parents[1]
 
 LIMIT = 64 * 2**20
 PYTHON = "3.12"

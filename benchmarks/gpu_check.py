@@ -20,7 +20,7 @@ Parts, in this order, each in processes of its own with a time limit (its own, a
                (each side in its own process: one side's failure is recorded as its own)
   host         benchmarks/bench_train_host.py at full width (base, bf16): aiayn's training step against a
                minimal loop over the same batches (the goal: the minimal loop at most 1 / 0.95 as fast)
-  decoding     benchmarks/bench_decode_gpu.py: small and base, 1, 64 and 512 sentences, ours and generate();
+  decoding     benchmarks/bench_decode.py --mode gpu: small and base, 1, 64 and 512 sentences, ours and generate();
                then ours with each of its two beam-cache paths (--cache-paths)
   lost         two machines' commands on one host, one GPU each (so it needs two), process 1 killed
                (kill -9; on CPUs stopped): the seconds until the other ends (lost_process_after: 10 s)
@@ -45,11 +45,12 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.local_data import MULTI30K  # noqa: E402
-from benchmarks.results import Recorder, source_of  # noqa: E402
+from benchmarks.local_data import MULTI30K
+from benchmarks.results import Recorder, source_of
+
+REPO = Path(__file__).resolve().parents[1]
 
 PARTS = ("environment", "tests", "multi30k", "throughput", "host", "decoding", "lost")
 # Each part's own limit in seconds (the budget may leave less). tests: three `aiayn train` processes of
@@ -383,7 +384,7 @@ def part_decoding(check: Check, limit: float) -> dict:
     result, deadline = {}, time.monotonic() + limit
     for name, extra in (("rows", []), ("cache_paths", ["--cache-paths"])):
         out = check.work / f"decoding-{name}.json"
-        command = [sys.executable, REPO / "benchmarks" / "bench_decode_gpu.py", "--device", check.device]
+        command = [sys.executable, REPO / "benchmarks" / "bench_decode.py", "--mode", "gpu", "--device", check.device]
         command += ["--json", out, *extra]
         if check.args.smoke:
             command += ["--dims", "tiny", "--vocab", "300", "--batch", "1", "4", "--new-tokens", "4", "--repeats", "1"]

@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from benchmarks import results  # noqa: E402
+from benchmarks import results
+
+REPO = Path(__file__).resolve().parents[1]
 
 LEFT_OUT = {"serve", "quickstart", "recipes"}
 INVALID_UTF8 = b"w5 \xff w6"  # a byte that is not UTF-8, as a shell passes it

@@ -49,7 +49,7 @@ PROJECTION_DTYPES = ("float", "int8")
 # The devices on which a beam step keeps each row's cache in its slot and copies only the rows continued
 # more than once (`IncrementalDecoder._keep_slots`); elsewhere one `index_select` moves every row. On a
 # CPU the copies are fewer bytes; on a GPU their many small copies and the host's bookkeeping cost more
-# than the one gather (`benchmarks/bench_decode_gpu.py --cache-paths` times both; CHANGELOG).
+# than the one gather (`benchmarks/bench_decode.py --mode gpu --cache-paths` times both; CHANGELOG).
 CACHE_SLOT_DEVICES = frozenset({"cpu"})
 
 # A float32 linear map whose weight has at most `SMALL_WEIGHT` elements, called on at most `FEW_ROWS`

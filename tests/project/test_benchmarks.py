@@ -77,14 +77,14 @@ def test_bench_decode_runs_every_system(tmp_path):
 
 def test_bench_decode_split_gives_every_system_its_time_by_kind(tmp_path):
     stdout = _run(
-        "bench_decode_split.py",
-        *("--dims", "tiny", "--vocab", "120", "--batch", "2", "--beams", "2", "--new-tokens", "4"),
+        "bench_decode.py",
+        *("--mode", "split", "--dims", "tiny", "--vocab", "120", "--batch", "2", "--beams", "2", "--new-tokens", "4"),
         *("--min-src", "3", "--max-src", "6", "--threads", "1", "--repeats", "1", "--dtype", "fp32", "int8"),
         *("--width", "32", "--results", str(tmp_path / "split.json")),
     )
     assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
     from benchmarks import results
-    from benchmarks.bench_decode_split import KIND_NAMES
+    from benchmarks.decoding.split import KIND_NAMES
 
     (row,) = results.read(tmp_path / "split.json")["figures"]["rows"]
     assert (row["dims"], row["batch"], row["new_tokens"], row["width"]) == ("tiny", 2, 4, 32)
@@ -102,8 +102,8 @@ def test_bench_decode_split_gives_every_system_its_time_by_kind(tmp_path):
 @pytest.mark.slow
 def test_bench_decode_split_leaves_a_batch_split_over_threads_unprofiled(tmp_path):
     stdout = _run(
-        "bench_decode_split.py",
-        *("--dims", "tiny", "--vocab", "120", "--batch", "32", "--beams", "4", "--new-tokens", "3"),
+        "bench_decode.py",
+        *("--mode", "split", "--dims", "tiny", "--vocab", "120", "--batch", "32", "--beams", "4", "--new-tokens", "3"),
         *("--min-src", "3", "--max-src", "6", "--threads", "2", "--repeats", "1", "--dtype", "fp32"),
         *("--results", str(tmp_path / "split.json")),
     )
@@ -120,29 +120,55 @@ def test_bench_decode_split_leaves_a_batch_split_over_threads_unprofiled(tmp_pat
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (("--batch", "0"), "--batch must be >= 1, got 0"),
-        (("--dims", "tiny", "--width", "30"), "--width must be a positive multiple of tiny's 4 heads, got 30"),
+        (("--mode", "split", "--batch", "0"), "--batch must be >= 1, got 0"),
+        (
+            ("--mode", "split", "--dims", "tiny", "--width", "30"),
+            "--width must be a positive multiple of tiny's 4 heads, got 30",
+        ),
+        (("--mode", "compile", "--dtype", "int8"), "argument --dtype: invalid choice: 'int8'"),
+        (("--mode", "compile", "--no-hf"), "unrecognized arguments: --no-hf"),  # the engines mode's option
+        (
+            ("--mode", "change", "--baseline", "HEAD", "--threads", "1", "2"),
+            "--threads: --mode change takes one, got 1 2",
+        ),
+        (
+            (
+                "--mode",
+                "change",
+            ),
+            "the following arguments are required: --baseline",
+        ),
+        (("--mode", "gpu", "--repeats", "0"), "--repeats must be >= 1, got 0"),
+        (
+            (
+                "--mode",
+                "nope",
+            ),
+            "argument --mode: invalid choice: 'nope'",
+        ),
     ],
 )
-def test_bench_decode_split_refuses_bad_options_in_one_line(options, message):
+def test_bench_decode_refuses_bad_options_in_one_line(options, message):
+    """Each mode takes the shared options with its own limits and its own options only, and says what is
+    wrong in one line, before anything is built or measured."""
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_decode_split.py"), *options],
+        [sys.executable, str(BENCHMARKS / "bench_decode.py"), *options],
         capture_output=True,
         text=True,
         timeout=300,
         env=cli_env(),
     )
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.splitlines()[-1] == f"bench_decode_split.py: error: {message}"
+    assert result.stderr.splitlines()[-1].startswith(f"bench_decode.py: error: {message}")
 
 
 @pytest.mark.slow  # compiles the decoder's step once
 def test_bench_decode_compile_times_both_sides(tmp_path):
     stdout = _run(
-        "bench_decode_compile.py",
-        *("--dims", "tiny", "--vocab", "120", "--batch", "2", "--beams", "2", "--new-tokens", "3"),
+        "bench_decode.py",
+        *("--mode", "compile", "--dims", "tiny", "--vocab", "120", "--batch", "2", "--beams", "2", "--new-tokens", "3"),
         *("--min-src", "3", "--max-src", "6", "--threads", "1", "--repeats", "1", "--dtype", "fp32"),
         *("--results", str(tmp_path / "compile.json")),
     )
@@ -179,12 +205,13 @@ def test_bench_model_compile_times_both_sides_of_both_steps(tmp_path):
 
 
 def test_bench_decode_gpu_cache_paths_times_both_paths_side_by_side(tmp_path, monkeypatch, capsys):
-    """`bench_decode_gpu.py --cache-paths` (run here on the CPU): at every batch, aiayn with the beams'
+    """`bench_decode.py --mode gpu --cache-paths` (run here on the CPU): at every batch, aiayn with the beams'
     cache kept in slots and moved by one gather, each forced whatever the device's choice, alternating,
     without generate(); a row per batch with both speeds, their times and gather's ratio to slots."""
     sys.path.insert(0, str(REPO_ROOT))
     from aiayn_cli.decoding.incremental import IncrementalDecoder
-    from benchmarks import bench_decode_gpu
+    from benchmarks import bench_decode
+    from benchmarks.decoding import gpu
 
     paths = []
     init = IncrementalDecoder.__init__
@@ -194,10 +221,11 @@ def test_bench_decode_gpu_cache_paths_times_both_paths_side_by_side(tmp_path, mo
         paths.append("slots" if self.keep_slots else "gather")
 
     monkeypatch.setattr(IncrementalDecoder, "__init__", recording)
-    monkeypatch.setattr(bench_decode_gpu, "build_marian", lambda *a: pytest.fail("generate() is not timed"))
+    monkeypatch.setattr(gpu, "build_marian", lambda *a: pytest.fail("generate() is not timed"))
     out = tmp_path / "paths.json"
-    arguments = ["--device", "cpu", "--dims", "tiny", "--vocab", "120", "--batch", "1", "3", "--new-tokens", "3"]
-    rows = bench_decode_gpu.main([*arguments, "--min-src", "3", "--max-src", "6", "--repeats", "2", "--cache-paths"])
+    arguments = ["--mode", "gpu", "--device", "cpu", "--dims", "tiny", "--vocab", "120"]
+    arguments += ["--batch", "1", "3", "--new-tokens", "3"]
+    rows = bench_decode.main([*arguments, "--min-src", "3", "--max-src", "6", "--repeats", "2", "--cache-paths"])
     # a warm-up of each, then two repeats alternating the order, at each batch
     assert paths == ["slots", "gather", "slots", "gather", "gather", "slots"] * 2
     assert [row["batch"] for row in rows] == [1, 3]
@@ -205,7 +233,7 @@ def test_bench_decode_gpu_cache_paths_times_both_paths_side_by_side(tmp_path, mo
         assert len(row["slots_times"]) == len(row["gather_times"]) == 2 and "hf_generate_times" not in row
         assert row["slots_sentences_per_s"] > 0 and row["gather_sentences_per_s"] > 0
     assert re.search(r"dims\s+batch\s+slots\s+gather\s+ratio", capsys.readouterr().out)
-    bench_decode_gpu.main([*arguments, "--repeats", "1", "--cache-paths", "--json", str(out)])
+    bench_decode.main([*arguments, "--repeats", "1", "--cache-paths", "--json", str(out)])
     rows = json.loads(out.read_text())
     assert [row["batch"] for row in rows] == [1, 3]
     for row in rows:  # one repeat: the ratio is gather's speed over slots'
@@ -220,6 +248,7 @@ def test_bench_train_runs_every_side_on_a_small_corpus(tmp_path):
         "bench_train.py",
         *("--multi30k", str(corpus), "--seconds", "3", "--rounds", "1", "--preset", "tiny"),
         *("--precision", "fp32", "--max-tokens", "512", "--allocator", "system", "--threads", "1"),
+        *("--results", str(tmp_path / "train.json")),  # not the repository's results folder
         timeout=900,
     )
     assert "get_cpu_capability()" in stdout and "bf16 native" in stdout
@@ -326,7 +355,7 @@ def test_bench_export_and_bench_model_run(corpus, tmp_path):
 @pytest.mark.skipif(not (REPO_ROOT / ".git").exists(), reason="compares against a git revision of this checkout")
 def test_bench_decode_change_compares_two_revisions():
     stdout = _run(
-        "bench_decode_change.py", "--baseline", "HEAD", "--dims", "small", "--batch", "1",
+        "bench_decode.py", "--mode", "change", "--baseline", "HEAD", "--dims", "small", "--batch", "1",
         "--repeats", "1", "--rounds", "1", "--new-tokens", "3",
     )  # fmt: skip
     _says_which_cpu(stdout)

@@ -1,12 +1,13 @@
-"""Where a beam-4 decode's time goes: aiayn's decoder and Hugging Face `generate()`, by kind of operator.
+"""`--mode split`: where a beam-4 decode's time goes, aiayn's decoder and Hugging Face `generate()`, by
+kind of operator.
 
-    python benchmarks/bench_decode_split.py                                   # base, batch 8, 2 threads
-    python benchmarks/bench_decode_split.py --dims small --batch 1 32 --dtype fp32 bf16
-    python benchmarks/bench_decode_split.py --width 64 --vocab 64       # the step's fixed cost
+    python benchmarks/bench_decode.py --mode split                            # base, batch 8, 2 threads
+    python benchmarks/bench_decode.py --mode split --dims small --batch 1 32 --dtype fp32 bf16
+    python benchmarks/bench_decode.py --mode split --width 64 --vocab 64      # the step's fixed cost
 
-`bench_decode.py` says how fast each system decodes; this says where the time of a decode goes, so
+`--mode engines` says how fast each system decodes; this says where the time of a decode goes, so
 that a ratio between two systems can be read against what each one's steps are made of. Every
-system decodes `bench_decode.py`'s batch with `bench_decode.py`'s models and work (random weights,
+system decodes the engines mode's batch with its models and work (random weights,
 beam 4, exactly `--new-tokens` steps per sentence): `--repeats` times, alternating the systems
 (the median wall time is the system's time), then once more under PyTorch's profiler. The
 profiled decode's operators (their self CPU time, on the thread that calls them, with the threads
@@ -38,11 +39,8 @@ The rows also go to a results file (`benchmarks/results.py`),
 
 from __future__ import annotations
 
-import argparse
-import copy
 import re
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -50,21 +48,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.decoding.parallel import SPLIT_MIN_ROWS  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.bench_decode import (  # noqa: E402
-    DEFAULT_VOCAB,
-    build_aiayn,
-    build_marian,
-    hardware,
-    make_batch,
-    run_aiayn,
-    run_marian,
-)
+from aiayn_cli.decoding.parallel import SPLIT_MIN_ROWS
+from aiayn_cli.model.configuration_aiayn import PRESETS
+from benchmarks import common
+from benchmarks.decoding import DEFAULT_VOCAB, build_models, in_process_systems, source_batches
 
 # The kinds of operator, in order: the first whose pattern matches an operator's name takes its time.
 KINDS = (
@@ -100,25 +87,8 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
     """One row: every system's median time and its time per step by kind."""
     torch.set_num_threads(threads)
     vocab, steps, beams = models["vocab"], args.new_tokens, args.beams
-    ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
-    m_ids, m_mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=0, pad=vocab - 1, low=4)
-    systems = {}
-    for dtype in args.dtype:
-        model, prepared = models["aiayn"][dtype], models["prepared"][dtype]
-        name = "aiayn" if dtype == "fp32" else f"aiayn_{dtype}"
-        systems[name] = lambda model=model, prepared=prepared: run_aiayn(model, prepared, ids, mask, steps, beams)
-    for dtype, marian in models["marian"].items():
-        name = "hf_marian" if dtype == "fp32" else f"hf_marian_{dtype}"
-        systems[name] = lambda marian=marian: run_marian(marian, m_ids, m_mask, steps, beams)
-    for run in systems.values():  # warm-up: first calls allocate and pack
-        run()
-    times: dict[str, list[float]] = {name: [] for name in systems}
-    for _ in range(args.repeats):
-        for name, run in systems.items():
-            time.sleep(0.3)  # the last run's OpenMP threads may spin for up to 200 ms
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
+    systems = in_process_systems(models, *source_batches(batch, vocab, args), steps, beams)
+    times = common.alternate(systems, args.repeats, turn=False)  # after a warm-up: first calls allocate and pack
     split_over_threads = threads > 1 and batch * beams >= SPLIT_MIN_ROWS * threads
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": beams, "new_tokens": steps, "threads": threads}
     if args.width:
@@ -129,7 +99,7 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
         if split_over_threads and name.startswith("aiayn"):  # its operators run where the profiler does not look
             row[name] |= {"ms_per_step": dict.fromkeys(KIND_NAMES), "operators_ms_per_step": []}
             continue
-        time.sleep(0.3)
+        time.sleep(common.PAUSE)
         wall, kinds, operators = profiled(run)
         kinds[OUTSIDE] = max(0.0, median - sum(kinds.values()))
         row[name] |= {
@@ -138,21 +108,6 @@ def split_row(dims: str, batch: int, threads: int, args, models: dict) -> dict:
             "operators_ms_per_step": [[op, s / steps * 1e3] for op, s in operators[: args.top]],
         }
     return row
-
-
-def build(dims: str, vocab: int, dtypes: list[str], folder: Path, width: int | None = None) -> dict:
-    """Each system's models (`width`: d_model and d_ff set to it)."""
-    overrides = {"d_model": width, "d_ff": width} if width else {}
-    aiayn = build_aiayn(dims, vocab, **overrides)
-    models = {"vocab": vocab, "aiayn": {}, "prepared": {}, "marian": {}}
-    marian = build_marian(dims, vocab, folder, **overrides)
-    for dtype in dtypes:
-        model = copy.deepcopy(aiayn).to(torch.bfloat16) if dtype == "bf16" else aiayn
-        models["aiayn"][dtype] = model
-        models["prepared"][dtype] = PreparedModel(model, "int8" if dtype == "int8" else "float")
-        if dtype != "int8":  # generate() has no int8 here: bench_decode.py measures the same
-            models["marian"][dtype] = copy.deepcopy(marian).to(torch.bfloat16) if dtype == "bf16" else marian
-    return models
 
 
 def print_row(row: dict) -> None:
@@ -178,48 +133,35 @@ def print_row(row: dict) -> None:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dims", nargs="+", default=["base"], choices=sorted(PRESETS))
-    parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: small 10000, base 37000)")
-    parser.add_argument("--batch", type=int, nargs="+", default=[8])
-    parser.add_argument("--beams", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=30, help="decoder steps per sentence")
-    parser.add_argument("--min-src", type=int, default=15)
-    parser.add_argument("--max-src", type=int, default=35)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", nargs="+", default=["fp32", "bf16", "int8"], choices=["fp32", "bf16", "int8"])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--seed", type=int, default=0)
+DEFAULTS = {"dims": ["base"], "batch": [8], "threads": [2], "dtype": ["fp32", "bf16", "int8"], "repeats": 7}
+DTYPES = ("fp32", "bf16", "int8")
+RESULTS = "bench_decode_split"
+
+
+def add_arguments(parser) -> None:
     parser.add_argument("--top", type=int, default=8, help="the largest operators kept per system")
     parser.add_argument(
         "--width", type=int, default=None, help="d_model and d_ff of every system (default: the preset's)"
     )
-    results_file.add_argument(parser, "bench_decode_split")
-    args = parser.parse_args()
-    for name in ("repeats", "threads", "new_tokens", "beams", "top"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if min(args.batch) < 1:
-        parser.error(f"--batch must be >= 1, got {min(args.batch)}")
+
+
+def check(parser, args) -> None:
+    common.at_least(parser, args, 1, "top")
     for dims in args.dims if args.width is not None else ():
         if args.width < 1 or args.width % PRESETS[dims]["num_heads"]:
             heads = PRESETS[dims]["num_heads"]
             parser.error(f"--width must be a positive multiple of {dims}'s {heads} heads, got {args.width}")
-    recorder = results_file.Recorder("bench_decode_split")
-    print(hardware(), flush=True)
+
+
+def run(args) -> dict:
     rows = []
+    width = {"d_model": args.width, "d_ff": args.width} if args.width else {}
     with tempfile.TemporaryDirectory() as tmp:
         for dims in args.dims:
             vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
-            models = build(dims, vocab, args.dtype, Path(tmp) / dims, args.width)
+            models = build_models(dims, vocab, args.dtype, Path(tmp) / dims, **width)
             for batch in args.batch:
-                rows.append(split_row(dims, batch, args.threads, args, models))
-                print_row(rows[-1])
-    figures = {"rows": rows, "repeats": args.repeats}
-    path = recorder.write(figures, path=args.results)
-    print(f"\nwrote {path}")
-
-
-if __name__ == "__main__":
-    main()
+                for threads in args.threads:
+                    rows.append(split_row(dims, batch, threads, args, models))
+                    print_row(rows[-1])
+    return {"rows": rows, "repeats": args.repeats}

@@ -1,9 +1,9 @@
-"""Decoding on a GPU: the decoder of `aiayn translate --device cuda` against Hugging Face `generate()`,
-in sentences per second, at batches of 1, 64 and 512 sentences.
+"""`--mode gpu`: decoding on a GPU, the decoder of `aiayn translate --device cuda` against Hugging Face
+`generate()`, in sentences per second, at batches of 1, 64 and 512 sentences.
 
-    python benchmarks/bench_decode_gpu.py [--device cuda] [--dims small base] [--batch 1 64 512]
+    python benchmarks/bench_decode.py --mode gpu [--device cuda] [--dims small base] [--batch 1 64 512]
 
-The fairness rules of `bench_decode.py` (which measures CPUs, and whose model builders and runs this
+The fairness rules of `--mode engines` (which measures CPUs, and whose model builders and runs this
 uses): the same dimensions and random weights for both, the same source batch (random ids, lengths
 15-35), beam 4, exactly `--new-tokens` decoder steps for every sentence (`</s>` suppressed before the
 last step and forced at it), encoder included. Each in the dtype `aiayn translate --precision auto` takes
@@ -11,7 +11,7 @@ on the device (bf16 on Ampere and later GPUs; the Marian model cast to it too): 
 projections prepared once, as a `Translator` holds them. A warm-up run, then `--repeats` runs
 alternating the two systems; the median time of each.
 
-    python benchmarks/bench_decode_gpu.py --cache-paths [--device cuda]
+    python benchmarks/bench_decode.py --mode gpu --cache-paths [--device cuda]
 
 times aiayn's two ways of keeping the beams' key/value cache instead, side by side on the same batches:
 `slots` (each row's cache stays in its slot, only rows continued more than once are copied; the CPU's
@@ -22,22 +22,18 @@ speed over `slots`'.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from unittest import mock
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from aiayn_cli.decoding import incremental  # noqa: E402
-from aiayn_cli.decoding.incremental import PreparedModel  # noqa: E402
-from aiayn_cli.precision import inference_precision  # noqa: E402
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, build_marian, make_batch, run_aiayn, run_marian, timed  # noqa: E402
+from aiayn_cli.decoding import incremental
+from aiayn_cli.decoding.incremental import PreparedModel
+from aiayn_cli.precision import inference_precision
+from benchmarks import common
+from benchmarks.decoding import DEFAULT_VOCAB, build_aiayn, build_marian, run_aiayn, run_marian, source_batches
 
 
 def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:
@@ -48,9 +44,7 @@ def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:
     marian = None if args.cache_paths else build_marian(dims, vocab, folder / dims).to(device=args.device, dtype=dtype)
     rows = []
     for batch in batches:
-        ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
-        m_ids, m_mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=0, pad=vocab - 1, low=4)
-        ids, mask, m_ids, m_mask = (t.to(args.device) for t in (ids, mask, m_ids, m_mask))
+        (ids, mask, _), (m_ids, m_mask, _) = source_batches(batch, vocab, args)
         if args.cache_paths:
             systems = {
                 path: lambda keep=keep: in_cache_path(keep, ours, prepared, ids, mask, args)
@@ -62,12 +56,7 @@ def bench(dims: str, batches: list[int], args, folder: Path) -> list[dict]:
                 "hf_generate": lambda: run_marian(marian, m_ids, m_mask, args.new_tokens, args.beams),
             }
         first, second = systems
-        times: dict[str, list[float]] = {name: [] for name in systems}
-        for fn in systems.values():  # warm-up
-            fn()
-        for repeat in range(args.repeats):
-            for name in list(systems) if repeat % 2 == 0 else list(reversed(systems)):
-                times[name].append(timed(systems[name], args.device)[0])
+        times = common.alternate(systems, args.repeats, device=args.device, pause=0)
         row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": args.beams, "new_tokens": args.new_tokens}
         row["dtype"] = str(dtype).removeprefix("torch.")
         for name in systems:
@@ -93,23 +82,18 @@ def in_cache_path(keep_slots: bool, model, prepared, ids, mask, args) -> int:
         return run_aiayn(model, prepared, ids, mask, args.new_tokens, args.beams)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+DEFAULTS = {"dims": ["small", "base"], "batch": [1, 64, 512], "repeats": 3, "new_tokens": 32}
+RESULTS = None  # benchmarks/gpu_check.py records the rows with the rest of a GPU's check
+
+
+def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dims", nargs="+", default=["small", "base"])
-    parser.add_argument("--vocab", type=int, default=None, help="default: small 10000, base 37000")
-    parser.add_argument("--batch", type=int, nargs="+", default=[1, 64, 512])
-    parser.add_argument("--beams", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--min-src", type=int, default=15)
-    parser.add_argument("--max-src", type=int, default=35)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--cache-paths", action="store_true", help="aiayn's two cache paths (slots, gather) instead of generate()"
     )
-    args = parser.parse_args(argv)
+
+
+def run(args) -> dict:
     print(f"beam {args.beams}, {args.new_tokens} steps a sentence, on {args.device}; sentences/s (median)")
     names = ("slots", "gather") if args.cache_paths else ("aiayn", "generate()")
     print(f"{'dims':<6}{'batch':>6}{names[0]:>14}{names[1]:>14}{'ratio':>9}")
@@ -119,10 +103,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows += bench(dims, args.batch, args, Path(tmp))
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()  # the last dims' models are gone
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
-    return rows
-
-
-if __name__ == "__main__":
-    main()
+    return {"rows": rows}

@@ -1,13 +1,13 @@
-"""The `torch` engine's decoder step eager, as `aiayn translate` runs it, against the same step compiled
-by `torch.compile`.
+"""`--mode compile`: the `torch` engine's decoder step eager, as `aiayn translate` runs it, against the
+same step compiled by `torch.compile`.
 
-    python benchmarks/bench_decode_compile.py                           # small and base, batch 1 and 8, fp32 and bf16
-    python benchmarks/bench_decode_compile.py --dims base --batch 8 --dtype fp32
+    python benchmarks/bench_decode.py --mode compile                   # small and base, batch 1 and 8, fp32 and bf16
+    python benchmarks/bench_decode.py --mode compile --dims base --batch 8 --dtype fp32
 
 Beside its kernels a decoding step spends time in Python, in the framework's dispatch and in small
-operators (`bench_decode_split.py`, and its `--width` for the fixed cost). A compiler is the usual
+operators (`--mode split`, and its `--width` for the fixed cost). A compiler is the usual
 remedy; this measures what it gives the engine. Both sides run one `IncrementalDecoder` (the model's
-own modules, the same preallocated cache, `bench_decode.py`'s source batch and random weights) on
+own modules, the same preallocated cache, the modes' source batch and random weights) on
 `--batch` x `--beams` rows, each fed its own argmax for `--new-tokens` steps: no search, so that both
 do the decoder's work only.
 
@@ -30,24 +30,17 @@ The rows also go to a results file (`benchmarks/results.py`),
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 from unittest import mock
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedModel  # noqa: E402
-from aiayn_cli.model.configuration_aiayn import PRESETS  # noqa: E402
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.bench_decode import DEFAULT_VOCAB, build_aiayn, hardware, make_batch  # noqa: E402
+from aiayn_cli.decoding.incremental import IncrementalDecoder, PreparedModel
+from benchmarks import common
+from benchmarks.decoding import DEFAULT_VOCAB, build_aiayn, make_batch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -104,11 +97,11 @@ def error_line(error: Exception) -> str:
     return next((line for line in lines if re.match(r"\w+(Error|Exception): ", line)), lines[0])[:200]
 
 
-def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
+def compile_row(dims: str, vocab: int, batch: int, threads: int, dtype: str, args) -> dict:
     import torch._dynamo
     import torch._inductor.config
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     model = build_aiayn(dims, vocab).to(DTYPES[dtype])
     ids, mask, _ = make_batch(batch, vocab, args.min_src, args.max_src, args.seed, eos=2, pad=0, low=4)
     # A prepared model each: the eager side's cache memory is made in inference mode, the compiled side's not
@@ -116,7 +109,7 @@ def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
     compiled_work = (model, PreparedModel(model), *work[2:])
     eager_tokens = eager_decode(*work)  # warm-up: the first call packs and allocates
     row = {"dims": dims, "vocab": vocab, "batch": batch, "beams": args.beams, "new_tokens": args.new_tokens}
-    row |= {"threads": args.threads, "dtype": dtype, "freezing": None}
+    row |= {"threads": threads, "dtype": dtype, "freezing": None}
     for freezing in (True, False):
         torch._dynamo.reset()  # a fresh compilation for every row, as a new process pays it
         step = compiled_step(model)
@@ -136,22 +129,13 @@ def compile_row(dims: str, vocab: int, batch: int, dtype: str, args) -> dict:
             continue
         row["freezing"] = row["freezing"] or freezing
         break
-    times: dict[str, list[float]] = {"eager": [], "compiled": []}
+    sides = {"eager": lambda: eager_decode(*work), "compiled": lambda: compiled_decode(step, *compiled_work)}
     with torch._inductor.config.patch(freezing=row["freezing"] is True):
-        for repeat in range(args.repeats):
-            sides = [
-                ("eager", lambda: eager_decode(*work)),
-                ("compiled", lambda: compiled_decode(step, *compiled_work)),
-            ]
-            for name, run in sides if repeat % 2 == 0 else sides[::-1]:
-                time.sleep(0.3)  # the last run's OpenMP threads may spin for up to 200 ms
-                start = time.perf_counter()
-                run()
-                times[name].append(time.perf_counter() - start)
+        times = common.alternate(sides, args.repeats, warm_up=False)
     for name, seconds in times.items():
-        row[f"{name}_ms_per_step"] = statistics.median(seconds) / args.new_tokens * 1e3
+        row[f"{name}_ms_per_step"] = common.median_ms(seconds) / args.new_tokens
         row[f"{name}_times"] = [round(t, 6) for t in seconds]
-    row["eager/compiled"] = statistics.median(e / c for e, c in zip(times["eager"], times["compiled"]))
+    row["eager/compiled"] = common.ratio(times["compiled"], times["eager"])
     row["same_tokens"] = bool(torch.equal(eager_tokens, compiled_tokens))
     return row
 
@@ -169,44 +153,27 @@ def print_rows(rows: list[dict]) -> None:
         )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dims", nargs="+", default=["small", "base"], choices=sorted(PRESETS))
-    parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: small 10000, base 37000)")
-    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--beams", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=30, help="decoder steps per sentence")
-    parser.add_argument("--min-src", type=int, default=15)
-    parser.add_argument("--max-src", type=int, default=35)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    results_file.add_argument(parser, "bench_decode_compile")
-    args = parser.parse_args()
-    for name in ("repeats", "threads", "new_tokens", "beams"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if min(args.batch) < 1:
-        parser.error(f"--batch must be >= 1, got {min(args.batch)}")
-    recorder = results_file.Recorder("bench_decode_compile")
-    print(hardware(), flush=True)
+DEFAULTS = {"dims": ["small", "base"], "batch": [1, 8], "threads": [2], "dtype": ["fp32", "bf16"], "repeats": 5}
+RESULTS = "bench_decode_compile"
+
+
+def add_arguments(parser) -> None:
+    pass
+
+
+def run(args) -> dict:
     rows = []
     for dims in args.dims:
         for batch in args.batch:
-            for dtype in args.dtype:
-                rows.append(compile_row(dims, args.vocab or DEFAULT_VOCAB.get(dims, 10000), batch, dtype, args))
-                r = rows[-1]
-                print(
-                    f"{dims}, batch {batch}, {dtype}: first compiled decode {r['first_compiled_seconds']:.1f} s, "
-                    f"eager {r['eager_ms_per_step']:.2f} ms/step, compiled {r['compiled_ms_per_step']:.2f} "
-                    f"(freezing: {r['freezing']})",
-                    flush=True,
-                )
+            for threads in args.threads:
+                for dtype in args.dtype:
+                    vocab = args.vocab or DEFAULT_VOCAB.get(dims, 10000)
+                    rows.append(r := compile_row(dims, vocab, batch, threads, dtype, args))
+                    print(
+                        f"{dims}, batch {batch}, {threads} threads, {dtype}: first compiled decode "
+                        f"{r['first_compiled_seconds']:.1f} s, eager {r['eager_ms_per_step']:.2f} ms/step, compiled "
+                        f"{r['compiled_ms_per_step']:.2f} (freezing: {r['freezing']})",
+                        flush=True,
+                    )
     print_rows(rows)
-    path = recorder.write({"rows": rows, "repeats": args.repeats}, path=args.results)
-    print(f"\nwrote {path}")
-
-
-if __name__ == "__main__":
-    main()
+    return {"rows": rows, "repeats": args.repeats}
