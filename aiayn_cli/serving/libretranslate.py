@@ -125,12 +125,41 @@ def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code.lower(), code)
 
 
+# Deeper than any request needs, and well under Python's recursion limit: the JSON parser's own limit
+# (a RecursionError) moves with that limit, which other libraries in the process raise.
+MAX_JSON_DEPTH = 100
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply the arrays and objects of the JSON text `raw` nest (brackets inside strings not counted)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
+
+
 async def read_fields(request: Request) -> dict:
     """The request's parameters: the query string's, then the body's (a JSON object or a form)."""
     fields: dict = dict(request.query_params)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         raw = await request.body()
+        if json_depth(raw) > MAX_JSON_DEPTH:
+            raise BadRequest("Invalid request: the body's JSON is nested too deeply")
         try:
             body = json.loads(raw)
         except RecursionError:

@@ -157,3 +157,27 @@ def test_a_body_nested_too_deeply_gets_400(server):
         {"error": "Invalid request: the body's JSON is nested too deeply"},
     )
     assert post(f"{server}/translate", {"q": "w1", "source": "en", "target": "de", "alternatives": "1"})[0] == 200
+
+
+def test_the_depth_limit_does_not_move_with_the_recursion_limit(server):
+    """Other libraries in the process raise Python's recursion limit: the server's own limit holds."""
+    import sys
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        body = b'{"source": "en", "target": "de", "q": ' + b"[" * 1500 + b"]" * 1500 + b"}"
+        assert post(f"{server}/translate", body) == (
+            400,
+            {"error": "Invalid request: the body's JSON is nested too deeply"},
+        )
+    finally:
+        sys.setrecursionlimit(before)
+
+
+def test_json_depth_counts_brackets_outside_strings_only():
+    from aiayn_cli.serving.libretranslate import json_depth
+
+    assert json_depth(b'{"q": ["a", ["b"]]}') == 3
+    assert json_depth(b'{"q": "[[[[\\"]]]"}') == 1
+    assert json_depth(b'{"q": "\\"[[["}') == 1
