@@ -104,7 +104,9 @@ def _refused(result, device: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "device", ["/dev/zero", *(pytest.param(d, marks=pytest.mark.slow) for d in DEVICES if d != "/dev/zero")]
+)
 def test_translate_refuses_a_device_as_its_input(tmp_path, model, device):
     out = tmp_path / "out.de"
     _refused(run_cli("translate", "-m", model, "--input", device, "-o", out, timeout=60), device)
@@ -144,7 +146,7 @@ def test_train_tokenizer_refuses_a_device_as_its_data(tmp_path, text, device):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("device", ["/dev/full", "/dev/urandom"])
+@pytest.mark.parametrize("device", ["/dev/full", pytest.param("/dev/urandom", marks=pytest.mark.slow)])
 def test_prepare_refuses_a_device_unread(tmp_path, model, text, device):
     cache = tmp_path / "cache"
     args = ["prepare", "tiny", "--source-file", text, "--target-file", device, "-s", "en", "-t", "de"]

@@ -627,6 +627,7 @@ def _eager_and_flex(run):
     return outputs
 
 
+@pytest.mark.slow  # flex attention is compiled on first use: a minute and more with a cold compile cache
 def test_flex_attention_gives_eager_numbers():
     """Flex attention agrees with eager to 1e-5 in fp32, with padding and the causal mask."""
     ids, mask = random_batch([7, 4, 6])
