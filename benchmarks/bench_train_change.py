@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common
+from benchmarks import common, results
 from benchmarks.common import Worker
 from benchmarks.local_data import MULTI30K
 
@@ -98,7 +98,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="measured trainings per side, per round")
     parser.add_argument("--rounds", type=int, default=2, help="pairs of new worker processes")
+    results.add_argument(parser, "bench_train_change")
     args = parser.parse_args()
+    recorder = results.Recorder("bench_train_change")
     common.at_least(parser, args, 1, "sentences", "steps", "max_tokens", "threads", "repeats", "rounds")
     if not (args.multi30k / "train.en").is_file():
         sys.exit(f"error: --multi30k {args.multi30k}: no train.en there (set $AIAYN_MULTI30K)")
@@ -159,6 +161,16 @@ def main() -> None:
         f"| {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) | {min(rounds):.3f}-{max(rounds):.3f} |"
     )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    figures = {
+        "baseline": args.baseline,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("multi30k", "results")},
+        "baseline_ms_per_step": round(base * 1e3, 2),
+        "current_ms_per_step": round(cur * 1e3, 2),
+        "baseline_over_current": round(base / cur, 4),
+        "median_of_pairs": round(within, 4),
+        "rounds": [round(r, 4) for r in rounds],
+    }
+    common.write_results(recorder, figures, args.results)
 
 
 if __name__ == "__main__":
