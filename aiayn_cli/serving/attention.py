@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import AiaynError
 from .limits import Limits
 from .request_fields import decoding_overrides, request_fields
-from .requests import request_names
+from .requests import check_text, request_names
 
 SEARCH = ("num_beams", "length_penalty", "length_penalty_style", "max_len_a", "max_len_b")
 AttentionRequest = create_model(
@@ -60,12 +60,7 @@ def check_attention_request(body: AttentionRequest, limits: Limits, translator) 
     for name, text in sides:
         if not text.strip():
             raise AiaynError(f"{name}: empty; give a sentence")
-        if len(text) > limits.max_chars:
-            raise AiaynError(f"{name}: {len(text)} characters, more than the limit of {limits.max_chars}")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise AiaynError(f"{name}: not valid Unicode (a lone surrogate escape)") from None
+        check_text(name, text, limits)
         if "\n" in text.strip() or "\r" in text.strip():
             raise AiaynError(f"{name}: one sentence, on one line")
         tokenized = translator.tokenizer(text_target=text) if name == "reference" else translator.tokenizer(text)

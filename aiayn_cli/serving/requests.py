@@ -75,13 +75,18 @@ def check_sentences(body: TranslateRequest, limits: Limits, field: str = "text")
     if len(sentences) > limits.max_sentences:
         raise AiaynError(f"{field}: {len(sentences)} sentences, more than the limit of {limits.max_sentences}")
     for i, sentence in enumerate(sentences):
-        if len(sentence) > limits.max_chars:
-            raise AiaynError(f"{field} item {i}: {len(sentence)} characters, more than the limit of {limits.max_chars}")
-        try:
-            sentence.encode("utf-8")
-        except UnicodeEncodeError:
-            raise AiaynError(f"{field} item {i}: not valid Unicode (a lone surrogate escape)") from None
+        check_text(f"{field} item {i}", sentence, limits)
     return sentences
+
+
+def check_text(name: str, text: str, limits: Limits) -> None:
+    """`AiaynError` (422) naming `name` where `text` is longer than the limit or not valid Unicode."""
+    if len(text) > limits.max_chars:
+        raise AiaynError(f"{name}: {len(text)} characters, more than the limit of {limits.max_chars}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise AiaynError(f"{name}: not valid Unicode (a lone surrogate escape)") from None
 
 
 def request_names(err: AiaynError, field: str = "text") -> str:
@@ -97,6 +102,7 @@ def error(status: int, message: str) -> JSONResponse:
 __all__ = [
     "TranslateRequest",
     "check_sentences",
+    "check_text",
     "decoding_overrides",
     "error",
     "request_names",

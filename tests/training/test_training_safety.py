@@ -437,26 +437,6 @@ def test_under_a_loss_scaler_a_non_finite_loss_makes_the_scaler_skip_the_update(
 # ---------------------------------------------------------------------------------------------
 
 
-def _again_when_taken(process, number: int) -> str:
-    """Send `number` again as soon as the run has said it is finishing its step; its whole stderr."""
-    lines, taken = [], threading.Event()
-
-    def read():
-        for line in process.stderr:
-            lines.append(line)
-            if "finishing step" in line:
-                taken.set()
-        taken.set()  # ended: nothing to wait for
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    if taken.wait(timeout=300) and process.poll() is None:
-        process.send_signal(number)
-    process.wait(timeout=300)
-    reader.join(timeout=60)
-    return "".join(lines)
-
-
 @pytest.mark.slow
 def test_a_second_ctrl_c_stops_at_once_and_names_the_checkpoint_to_resume_from(task, tmp_path):
     from aiayn_cli.training.checkpoint import list_checkpoints, load_weights, read_trainer_state
@@ -465,7 +445,7 @@ def test_a_second_ctrl_c_stops_at_once_and_names_the_checkpoint_to_resume_from(t
     for _attempt in range(10):  # the second SIGINT must come before the first one's checkpoint is written
         process = start_training(task, out, *RESUME_FLAGS)
         assert signal_when(process, lambda: (out / "checkpoint-3").is_dir(), signal.SIGINT, 0.2)
-        stderr = _again_when_taken(process, signal.SIGINT)
+        stderr = _second_signal_after_the_first_is_taken(process, signal.SIGINT)
         if "SIGINT again" in stderr:
             break
         shutil.rmtree(out, ignore_errors=True)  # too late: the step and its checkpoint were done first
