@@ -288,24 +288,32 @@ def decoding_split() -> list[Row]:
 
 def ablation() -> list[Row]:
     """ablate_multi30k's variants, best first within each results file: the change, its steps, the final
-    model chosen on validation and its validation BLEU (beam 4, the length penalty chosen on val)."""
+    model chosen on validation and its validation BLEU (beam 4, the length penalty chosen on val). Each
+    results file's recipe, hardware and commit stand in a numbered note under the table."""
     rows = [
         Row("| change to the recipe | steps | tokens/s | final model (chosen on val) | alpha | val BLEU | run |", None),
         Row("|---|---|---|---|---|---|---|", None),
     ]
-    for path, r in results_files("ablate_multi30k"):
-        f = r["figures"]
-        run = f"{f['recipe']}, {f['parallel']} at once, {_hardware(r)}, commit {r['commit'][:7]}"
-        done = [(n, v) for n, v in f["variants"].items() if v.get("valid_bleu") is not None]
-        for name, v in sorted(done, key=lambda item: -item[1]["valid_bleu"]):
+    found = results_files("ablate_multi30k")
+    for i, (path, r) in enumerate(found, 1):
+        variants = r["figures"]["variants"]
+        done = sorted((v["valid_bleu"], n) for n, v in variants.items() if v.get("valid_bleu") is not None)
+        for _, name in reversed(done):
+            v = variants[name]
             rows.append(Row(
                 f"| {v['change']} (`{name}`) | {v['steps']:,} | {v['tokens_per_s']:,.0f} | {v['chosen']} | "
-                f"{v['length_penalty']:g} | {v['valid_bleu']:.2f} | {run} |", path))  # fmt: skip
-        for name, v in f["variants"].items():
+                f"{v['length_penalty']:g} | {v['valid_bleu']:.2f} | [{i}] |", path))  # fmt: skip
+        for name, v in variants.items():
             if v.get("valid_bleu") is None:
                 rows.append(
-                    Row(f"| {v['change']} (`{name}`) | - | - | failed: exit {v['exit_code']} | - | - | {run} |", path)
+                    Row(f"| {v['change']} (`{name}`) | - | - | failed: exit {v['exit_code']} | - | - | [{i}] |", path)
                 )
+    if found:
+        rows.append(Row("", None))
+    for i, (path, r) in enumerate(found, 1):
+        f = r["figures"]
+        note = f"[{i}] `{f['recipe']}`, {f['parallel']} variants at once; {_hardware(r)}; commit {r['commit'][:7]}  "
+        rows.append(Row(note, path))
     return rows
 
 
