@@ -401,6 +401,17 @@ def progress(ctx: RunContext, time_fraction: float) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def peak_rss_mb() -> float | None:
+    """The process's peak resident memory so far, in MiB (host memory, what runs out on a CPU); None
+    where the platform does not say (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
 def log_train(ctx: RunContext, clock: Clock, guard: NonFiniteGuard, window: Window, lr: float, bar) -> None:
     """The train log line of the window: metrics.jsonl, the trackers, the progress bar."""
     accelerator, seconds = ctx.accelerator, time.monotonic() - window.start
@@ -419,6 +430,8 @@ def log_train(ctx: RunContext, clock: Clock, guard: NonFiniteGuard, window: Wind
         "target_tokens_per_s": ntokens / max(seconds, 1e-9),
         "elapsed_s": clock.elapsed(),
     }
+    if (rss := peak_rss_mb()) is not None:
+        record["peak_rss_mb"] = rss
     ctx.metrics.write(record)
     accelerator.log({k: v for k, v in record.items() if k != "step"}, step=ctx.state.step)
     postfix = {"loss": f"{record['train/loss']:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}

@@ -23,6 +23,7 @@ processes; "per round" gives the lowest and highest ratio of the rounds' medians
 from __future__ import annotations
 
 import statistics
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -64,7 +65,7 @@ for line in sys.stdin:
 
 DEFAULTS = {"dims": ["small", "base"], "batch": [1, 8, 32], "threads": [1], "dtype": ["fp32"], "repeats": 7}
 DTYPES = ("fp32", "bf16", "int8")  # the model in bf16, or int8 linear maps
-RESULTS = None
+RESULTS = "bench_decode_change"
 
 
 def add_arguments(parser) -> None:
@@ -137,4 +138,5 @@ def run(args) -> dict:
                     f"| {dims} | {batch} | {base * 1e3:.1f} | {cur * 1e3:.1f} | {base / cur:.3f} ({within:.3f}) "
                     f"| {spread} |"
                 )
-    return {"rows": rows}
+    found = subprocess.run(["git", "rev-parse", args.baseline], cwd=common.REPO, capture_output=True, text=True)
+    return {"baseline": args.baseline, "baseline_commit": found.stdout.strip(), "rows": rows}

@@ -600,7 +600,7 @@ def test_attention_implementations_give_the_same_numbers_and_eager_the_weights()
     batch = {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": ids[:, :5]}
     attention = model.model.decoder.layers[0].cross_attn
     query = torch.zeros(1, 4, 2, 16)
-    assert attention._attention_function(query, False) is modeling.ALL_ATTENTION_FUNCTIONS["sdpa"]
+    assert attention._attention_function(query, False) is modeling.sdpa_attention_forward
     with torch.no_grad():
         sdpa = model(**batch).logits
         model.set_attn_implementation("eager")
