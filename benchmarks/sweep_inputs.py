@@ -12,11 +12,18 @@ before and after. A case ends one of these ways:
 - unclear: a non-zero exit without an `error:` line;
 - and, whichever of these, files lost: a file of the case's inputs changed or removed.
 
+Each case's process is forked from the sweep's own, which has imported the command line once (and has
+run no torch computation, so that forking is safe): the same as a new `python -m aiayn_cli` (its own
+process group, working folder, stdin from /dev/null) but for the seconds of imports, which made a sweep
+of every case take hours. `--fresh-process` starts a new interpreter for each case instead. A command
+that restarts itself (`train`, with jemalloc) does so in the case's process, as it would alone.
+
 The goal is 0 tracebacks, 0 aborts, 0 files lost. `serve` (it runs until stopped; its requests are
 fuzzed by tests/serving/test_serving.py and schemathesis) and `quickstart` (minutes of training) are left out.
 
-    nice python benchmarks/sweep_inputs.py                  # every case; results file and a summary
-    python benchmarks/sweep_inputs.py --only translate --limit 20
+    nice python benchmarks/sweep_inputs.py                  # every case, 2 at a time; results file, summary
+    python benchmarks/sweep_inputs.py --only translate --limit 20 --workers 1
+    python benchmarks/sweep_inputs.py --fresh-process       # a new interpreter for each case
 
 The results file (`benchmarks/results/sweep_inputs.<machine>.json`) holds a row per command with the
 counts, and every case that was not refused or completed; docs/reliability.md's table is made from it
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import multiprocessing
 import os
 import shutil
 import signal
@@ -34,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
@@ -165,53 +174,154 @@ def fingerprint(folder: Path) -> dict[str, str]:
     return found
 
 
-def run_case(case: Case, fixtures: Path, seconds: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix="aiayn-sweep-") as tmp:
-        work = Path(tmp) / "case"
-        shutil.copytree(fixtures, work)
-        before = fingerprint(work)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "AIAYN_CACHE": str(Path(tmp) / "cache"),
-               "HF_HOME": str(Path(tmp) / "hf"), "PYTHONPATH": str(REPO)}  # fmt: skip
+class Running:
+    """One case under way: its folder (a copy of the fixtures, fingerprinted), its process, its stderr file."""
+
+    def __init__(self, case: Case, fixtures: Path, fork: bool):
+        self.case, self.fork = case, fork
+        self.tmp = tempfile.TemporaryDirectory(prefix="aiayn-sweep-")
+        self.work, self.err_path = Path(self.tmp.name) / "case", Path(self.tmp.name) / "stderr"
+        shutil.copytree(fixtures, self.work)
+        self.before = fingerprint(self.work)
+        env = {"AIAYN_CACHE": str(Path(self.tmp.name) / "cache")}
         argv = [os.fsencode(a) if isinstance(a, str) else a for a in case.argv]
-        started = time.monotonic()
-        process = subprocess.Popen(
-            [sys.executable.encode(), b"-m", b"aiayn_cli", *argv], cwd=work, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+        self.started = time.monotonic()
+        if fork:
+            self.pid = _forked(argv, self.work, env, self.err_path)
+            self.process = None
+        else:
+            with open(self.err_path, "wb") as err:
+                self.process = subprocess.Popen(
+                    [sys.executable.encode(), b"-m", b"aiayn_cli", *argv], cwd=self.work, env={**os.environ, **env},
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                )  # fmt: skip
+            self.pid = self.process.pid
+        self.returncode: int | None = None
+        self.timed_out = False
+
+    def poll(self, seconds: float) -> bool:
+        """True once the case's process has ended (killed with its process group after `seconds`)."""
+        if self.returncode is not None:
+            return True
+        if self.process is not None:
+            self.returncode = self.process.poll()
+        else:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        if self.returncode is None and time.monotonic() - self.started > seconds:
+            self.timed_out = True
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if self.process is not None:
+                self.returncode = self.process.wait()
+            else:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode is not None
+
+    def result(self) -> dict:
+        err = self.err_path.read_bytes().decode("utf-8", "replace")
+        after = fingerprint(self.work)
+        seconds = time.monotonic() - self.started
+        self.tmp.cleanup()
+        return outcome(self.case, self.before, after, err, self.returncode, self.timed_out, seconds)
+
+
+def _forked(argv: list[bytes], work: Path, env: dict[str, str], err_path: Path) -> int:
+    """`aiayn ARGV` in a child forked from this process, which has imported the command line once: the
+    same as a new `python -m aiayn_cli` but for the seconds of imports. The child leads its own process
+    group, reads /dev/null, writes stdout to /dev/null and stderr to `err_path`; an exception that
+    escapes the command is printed as Python prints it, with exit code 1."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(err, 2)
+        os.chdir(work)
+        os.environ.update(env)
+        sys.argv = ["aiayn", *map(os.fsdecode, argv)]  # as Python decodes a command line: surrogateescape
+        from aiayn_cli.cli import script
+
         try:
-            _, err = process.communicate(timeout=seconds)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            _, err = process.communicate()
-            timed_out = True
-        err = err.decode("utf-8", "replace")
-        after = fingerprint(work)
+            script()
+            code = 0
+        except SystemExit as exit_:
+            if exit_.code is None or isinstance(exit_.code, int):
+                code = exit_.code or 0
+            else:
+                print(exit_.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def outcome(case: Case, before: dict, after: dict, err: str, returncode: int, timed_out: bool, seconds: float) -> dict:
+    """The row of a case that has ended: how (refused, completed, traceback, ...) and what it changed."""
     lost = sorted(k for k in before if after.get(k) != before[k])
     lines = [line for line in err.strip().splitlines() if line.strip()]
     if timed_out:
-        outcome = "timed out"
+        ended = "timed out"
     elif "Traceback (most recent call last)" in err:
-        outcome = "traceback"
-    elif process.returncode < 0:
-        outcome = "abort"
-    elif process.returncode == 0:
-        outcome = "completed"
+        ended = "traceback"
+    elif returncode < 0:
+        ended = "abort"
+    elif returncode == 0:
+        ended = "completed"
     elif lines and lines[-1].startswith("error: "):
-        outcome = "refused"
+        ended = "refused"
     else:
-        outcome = "unclear"
+        ended = "unclear"
     value = case.value if isinstance(case.value, str) else ascii(case.value)
     return {
         "command": case.command,
         "option": case.option,
         "value": value if len(value) <= 40 else value[:30] + f"... ({len(value)} characters)",
-        "outcome": outcome,
-        "exit": process.returncode,
+        "outcome": ended,
+        "exit": returncode,
         "files_lost": lost,
-        "seconds": round(time.monotonic() - started, 1),
+        "seconds": round(seconds, 1),
         "last_line": (lines[-1] if lines else "")[:300],
     }
+
+
+def run_case(case: Case, fixtures: Path, seconds: float, fork: bool = False) -> dict:
+    """One case to its end (in a new process, or `fork`ed from this one)."""
+    running = Running(case, fixtures, fork)
+    while not running.poll(seconds):
+        time.sleep(0.02)
+    return running.result()
+
+
+def run_cases(todo: list[Case], fixtures: Path, seconds: float, fork: bool, workers: int, deadline: float | None):
+    """The cases, `workers` at a time, in order; yields each case and its row as it ends (in the order they end).
+    Starts no case after `deadline` (a `time.monotonic()`)."""
+    waiting, running = list(reversed(todo)), []
+    while waiting or running:
+        while waiting and len(running) < workers and (deadline is None or time.monotonic() < deadline):
+            running.append(Running(waiting.pop(), fixtures, fork))
+        if deadline is not None and time.monotonic() >= deadline:
+            waiting.clear()
+        ended = [r for r in running if r.poll(seconds)]
+        for r in ended:
+            running.remove(r)
+            yield r.case, r.result()
+        if not ended:
+            time.sleep(0.02)
 
 
 def summary(done: list[dict]) -> list[dict]:
@@ -234,25 +344,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="at most this many cases (in order)")
     parser.add_argument("--case-seconds", type=float, default=180, help="a case still running then is killed")
     parser.add_argument("--budget-minutes", type=float, default=None, help="stop starting cases after this long")
+    parser.add_argument("--workers", type=int, default=2, help="cases at a time (default 2)")
+    parser.add_argument(
+        "--fresh-process",
+        action="store_true",
+        help="start each case as a new `python -m aiayn_cli` (default: forked from this process, which has "
+        "imported the command line once: the same process but for the seconds of imports)",
+    )
     results.add_argument(parser, "sweep_inputs")
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1 or args.case_seconds <= 0 or args.start < 0:
-        parser.error("--limit and --case-seconds must be positive, --start at least 0")
+    if args.limit is not None and args.limit < 1 or args.case_seconds <= 0 or args.start < 0 or args.workers < 1:
+        parser.error("--limit, --workers and --case-seconds must be positive, --start at least 0")
+    if not hasattr(os, "fork"):
+        args.fresh_process = True
     recorder = results.Recorder("sweep_inputs")
     print(results.describe(results.machine()), flush=True)
     with tempfile.TemporaryDirectory(prefix="aiayn-sweep-fixtures-") as tmp:
-        fixtures = Path(tmp)
-        _fixtures(fixtures)
+        fixtures, shared = Path(tmp) / "fixtures", Path(tmp) / "shared"
+        fixtures.mkdir()
+        # The Hub libraries read these when imported (here, before the forks): offline, and a home of the
+        # sweep's own for every case (each case has its own converted-model cache, AIAYN_CACHE).
+        os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(shared / "hf"))
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        # The fixtures (tiny models: torch computes) in a process of their own: this one forks the cases,
+        # and a process forks safely only before torch has started its threads.
+        maker = multiprocessing.get_context("spawn").Process(target=_fixtures, args=(fixtures,))
+        maker.start()
+        maker.join()
+        if maker.exitcode != 0:
+            sys.exit(f"error: making the fixtures failed (exit {maker.exitcode})")
         todo = cases(fixtures, args.only)[args.start :][: args.limit]
+        if not args.fresh_process:
+            import aiayn_cli.cli.app  # noqa: F401  (what every forked case would import)
         deadline = time.monotonic() + args.budget_minutes * 60 if args.budget_minutes else None
+        order = {id(case): number for number, case in enumerate(todo)}
         done = []
-        for number, case in enumerate(todo, 1):
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            done.append(run_case(case, fixtures, args.case_seconds))
-            d = done[-1]
-            print(f"[{number}/{len(todo)}] {d['command']} {d['option']} {d['value']!r}: {d['outcome']}"
+        fork = not args.fresh_process
+        for number, (case, d) in enumerate(run_cases(todo, fixtures, args.case_seconds, fork, args.workers, deadline)):
+            done.append((order[id(case)], d))
+            print(f"[{number + 1}/{len(todo)}] {d['command']} {d['option']} {d['value']!r}: {d['outcome']}"
                   + (f", files lost: {d['files_lost']}" if d["files_lost"] else ""), flush=True)  # fmt: skip
+        done = [d for _, d in sorted(done, key=lambda pair: pair[0])]
     rows = summary(done)
     notable = [d for d in done if d["outcome"] not in ("refused", "completed") or d["files_lost"]]
     path = recorder.write(
@@ -261,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
             "cases_skipped": args.start,
             "cases_planned": len(todo),
             "cases_run": len(done),
+            "workers": args.workers,
+            "processes": "new" if args.fresh_process else "forked",
             "notable": notable,
         },
         path=args.results,

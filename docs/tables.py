@@ -83,9 +83,10 @@ def quality() -> list[Row]:
                      f["signature"], r["command"]))  # fmt: skip
     for path, r in results_files("multi30k_en_de"):
         f = r["figures"]
-        runs.append((path, "Multi30k en->de, test2016", f["sacrebleu"],
+        runs.append((path, "Multi30k en->de, test2016 (`multi30k_en_de`)", f["sacrebleu"],
                      f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']})",
-                     f"{f['wall_minutes']:.0f} min", _hardware(r), f["signature"], "aiayn train multi30k_en_de"))  # fmt: skip
+                     f"{f['wall_minutes']:.0f} min", _hardware(r), f["signature"],
+                     f"aiayn train multi30k_en_de` at commit `{r['commit'][:7]}"))  # fmt: skip
     for path, r in results_files("gpu_check"):
         run = r["figures"].get("parts", {}).get("multi30k", {})
         if not (run.get("ok") and "test2016" in run):
@@ -353,6 +354,39 @@ def ablation_choices() -> list[Row]:
     return rows
 
 
+def ablation_decoding() -> list[Row]:
+    """ablate_decoding's rows: validation BLEU of each beam size at each length penalty alpha (one search a
+    beam, re-ranked per alpha), the best alpha, and the beam's decoding speed; each results file's model,
+    hardware and commit in a numbered note under the table."""
+    found = results_files("ablate_decoding")
+    alphas = sorted({float(a) for _, r in found for row in r["figures"]["rows"] for a in row["bleu_by_alpha"]})
+    header = "| beam | " + " | ".join(f"alpha {a:g}" for a in alphas) + " | best | sentences/s | run |"
+    rows = [Row(header, None), Row("|---" * (len(alphas) + 4) + "|", None)]
+    for i, (path, r) in enumerate(found, 1):
+        for row in r["figures"]["rows"]:
+            by_alpha = {float(a): b for a, b in row["bleu_by_alpha"].items()}
+            best = max(by_alpha.values())
+            cells = [
+                "-"
+                if a not in by_alpha
+                else (f"**{by_alpha[a]:.2f}**" if by_alpha[a] == best else f"{by_alpha[a]:.2f}")
+                for a in alphas
+            ]
+            rows.append(Row(
+                f"| {row['beam']} | " + " | ".join(cells) + f" | {row['best_bleu']:.2f} (alpha {row['best_alpha']:g}) | "
+                f"{row['sentences_per_s']:,.1f} | [{i}] |", path))  # fmt: skip
+    if found:
+        rows.append(Row("", None))
+    for i, (path, r) in enumerate(found, 1):
+        f = r["figures"]
+        note = (
+            f"[{i}] `{f['model']}`, {f['sentences']:,} {f['split']} sentences, {f['precision']}; {_hardware(r)}; "
+            f"commit {r['commit'][:7]}  "
+        )
+        rows.append(Row(note, path))
+    return rows
+
+
 def gpu_check() -> list[Row]:
     """What each GPU check measured, part by part: one line a figure, with the GPU and the commit."""
     rows = [Row("| part | figure | GPU, commit |", None), Row("|---|---|---|", None)]
@@ -402,6 +436,7 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
     "bench_startup-runs": measured_runs("bench_startup"),
     "ablation": ablation,
     "ablation-choices": ablation_choices,
+    "ablation-decoding": ablation_decoding,
     "gpu-check": gpu_check,
 }
 
@@ -412,6 +447,7 @@ WRITERS = {
     "multi30k_en_de": "python -m pytest -m long tests/training/test_multi30k_recipe.py",
     "bench_train": "python benchmarks/bench_train.py",
     "ablate_multi30k": "python benchmarks/ablate_multi30k.py OUT --parallel 6",
+    "ablate_decoding": "python benchmarks/ablate_decoding.py MODEL --data-dir DIR -s en -t de",
     "gpu_check": "python benchmarks/gpu_check.py OUT",
 }
 
@@ -422,6 +458,7 @@ RESULTS_OF = {
     "training-against-seq2seqtrainer": "bench_train",
     "ablation": "ablate_multi30k",
     "ablation-choices": "ablate_multi30k",
+    "ablation-decoding": "ablate_decoding",
     "gpu-check": "gpu_check",
 }
 

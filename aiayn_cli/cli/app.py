@@ -100,6 +100,8 @@ def flag_names(command: str | None) -> dict[str, str]:
         names[param.name] = max(flags, key=len) if flags else param.name.upper()
     if "precision" in names:  # the library's dtype is what --precision chooses
         names.setdefault("dtype", names["precision"])
+    if "algorithm" in names:  # train_tokenizer's model is what --algorithm chooses
+        names.setdefault("model", names["algorithm"])
     return names
 
 

@@ -115,7 +115,20 @@ def train_tokenizer(
         trainer = trainers.UnigramTrainer(
             vocab_size=trained_size, special_tokens=list(SPECIAL_TOKENS), unk_token="<unk>", show_progress=show_progress
         )
-    tokenizer.train_from_iterator(sentences, trainer, length=count)
+    try:
+        tokenizer.train_from_iterator(sentences, trainer, length=count)
+    except Exception as err:
+        if "not large enough to contain all chars" not in str(err):
+            raise
+        # the unigram trainer keeps every character of the text (BPE drops the rare ones: bytes serve them)
+        raise AiaynError(
+            f"{vocab_size} is too small for a unigram vocabulary of this text: besides its "
+            f"{len(BYTE_TOKENS) + len(SPECIAL_TOKENS)} byte and special tokens it must hold every character "
+            "the text uses (tokenizers: the vocabulary is not large enough to contain all chars); "
+            "give a larger one, or {model} bpe",
+            key="vocab_size",
+            mentions=("model",),
+        ) from None
     if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
         raise AiaynError("the training text has no characters to build a vocabulary from")
 

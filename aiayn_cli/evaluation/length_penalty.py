@@ -104,6 +104,19 @@ def choose_length_penalty(
     options = translator.decoding_options()
     beam, style = options.num_beams, options.length_penalty_style
     candidates = translator.hypotheses(sources, max_tokens=max_tokens, nbest=beam, progress=progress, source=source)
+    bleu, translations = score_alphas(translator, candidates, references, alphas, style)
+    chosen = max(bleu, key=lambda a: bleu[a])  # the first of equal scores
+    extended = [a for a in bleu if a not in alphas]
+    return LengthPenaltyChoice(chosen, bleu, beam, style, len(sources), translations[chosen], extended)
+
+
+def score_alphas(
+    translator, candidates: list[list], references: list[str], alphas: list[float], style: str = "gnmt"
+) -> tuple[dict[float, float], dict[float, list[str]]]:
+    """sacreBLEU against `references` of the best of each sentence's `candidates` (a beam search's finished
+    hypotheses, `Translator.hypotheses` with `nbest` = beam) under each alpha of the grid `alphas`,
+    extended past its edge while the best is there (`search_alphas`): alpha -> BLEU in the order tried,
+    and alpha -> the translations."""
     translations: dict[float, list[str]] = {}
 
     def bleu_of(alpha: float) -> float:
@@ -114,10 +127,7 @@ def choose_length_penalty(
         translations[alpha] = [translator.detokenize(h.tokens) if h is not None else "" for h in best]
         return float(score(translations[alpha], references, metrics=("sacrebleu",))["scores"]["sacrebleu"]["score"])
 
-    bleu = search_alphas(alphas, bleu_of)
-    chosen = max(bleu, key=lambda a: bleu[a])  # the first of equal scores
-    extended = [a for a in bleu if a not in alphas]
-    return LengthPenaltyChoice(chosen, bleu, beam, style, len(sources), translations[chosen], extended)
+    return search_alphas(alphas, bleu_of), translations
 
 
 def save_length_penalty(model_dir: str | Path, alpha: float) -> None:
@@ -131,4 +141,11 @@ def save_length_penalty(model_dir: str | Path, alpha: float) -> None:
         f.write(config.to_json_string(use_diff=True))
 
 
-__all__ = ["MAX_ALPHA", "LengthPenaltyChoice", "choose_length_penalty", "save_length_penalty", "search_alphas"]
+__all__ = [
+    "MAX_ALPHA",
+    "LengthPenaltyChoice",
+    "choose_length_penalty",
+    "save_length_penalty",
+    "score_alphas",
+    "search_alphas",
+]

@@ -43,7 +43,7 @@ from .attention import install_attention
 from .batcher import DynamicBatcher
 from .libretranslate import add_libretranslate_routes
 from .limits import Limits
-from .requests import TranslateRequest, error, translate_request
+from .requests import MAX_JSON_DEPTH, NESTED_TOO_DEEPLY, JsonDepth, TranslateRequest, error, translate_request
 
 # ---------------------------------------------------------------------------------------------
 # The answers (the request is `requests.py`'s; both are in the OpenAPI schema at /openapi.json and
@@ -186,7 +186,7 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(err.detail)
         if err.status_code == 400 and message == "There was an error parsing the body":
             nested = isinstance(err.__cause__, RecursionError)
-            message = "the body's JSON is nested too deeply" if nested else "the body is not valid JSON in UTF-8"
+            message = NESTED_TOO_DEEPLY if nested else "the body is not valid JSON in UTF-8"
         return error(err.status_code, message)
 
 
@@ -195,8 +195,16 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"the body is larger than the limit of {max_bytes} bytes")
 
 
+class NestedTooDeeply(HTTPException):
+    def __init__(self):
+        super().__init__(400, NESTED_TOO_DEEPLY)
+
+
 class BodyLimit:
-    """ASGI middleware: 413 for a body over `max_bytes`, by its Content-Length or as it arrives."""
+    """ASGI middleware: 413 for a body over `max_bytes`, by its Content-Length or as it arrives; and for
+    the JSON body of a /v1/ route, 400 where it nests deeper than `MAX_JSON_DEPTH`, read as it arrives,
+    before FastAPI parses it (whose parser's own limit moves with Python's recursion limit). LibreTranslate's
+    routes read their bodies themselves and check them with the same limit, in their own words."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -210,14 +218,21 @@ class BodyLimit:
             await error(413, BodyTooLarge(self.max_bytes).detail)(scope, receive, send)
             return
         received = 0
+        kind = Headers(scope=scope).get("content-type", "").split(";")[0].strip().lower()
+        as_json = kind == "application/json" or kind.endswith("+json")  # what FastAPI parses as JSON
+        depth = JsonDepth() if as_json and scope["path"].startswith("/v1/") else None
 
         async def counting_receive():
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                body = message.get("body", b"")
+                received += len(body)
+                # FastAPI hands these to the HTTPException handler
                 if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)  # FastAPI hands it to the HTTPException handler
+                    raise BodyTooLarge(self.max_bytes)
+                if depth is not None and depth.feed(body) > MAX_JSON_DEPTH:
+                    raise NestedTooDeeply()
             return message
 
         await self.app(scope, counting_receive, send)

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from ..decoding.translator import Translator
 from ..errors import AiaynError
 from .limits import Limits
-from .requests import TranslateRequest, error, translate_request
+from .requests import MAX_JSON_DEPTH, NESTED_TOO_DEEPLY, TranslateRequest, error, json_depth, translate_request
 
 # The languages' English names, for GET /languages (a code not listed is its own name).
 LANGUAGE_NAMES = {
@@ -125,46 +125,18 @@ def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code.lower(), code)
 
 
-# Deeper than any request needs, and well under Python's recursion limit: the JSON parser's own limit
-# (a RecursionError) moves with that limit, which other libraries in the process raise.
-MAX_JSON_DEPTH = 100
-
-
-def json_depth(raw: bytes) -> int:
-    """How deeply the arrays and objects of the JSON text `raw` nest (brackets inside strings not counted)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):  # ] }
-            depth -= 1
-    return deepest
-
-
 async def read_fields(request: Request) -> dict:
     """The request's parameters: the query string's, then the body's (a JSON object or a form)."""
     fields: dict = dict(request.query_params)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         raw = await request.body()
-        # bytes.count runs in C: only a body with that many brackets can nest that deep
-        if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
-            raise BadRequest("Invalid request: the body's JSON is nested too deeply")
+        if json_depth(raw) > MAX_JSON_DEPTH:
+            raise BadRequest(f"Invalid request: {NESTED_TOO_DEEPLY}")
         try:
             body = json.loads(raw)
         except RecursionError:
-            raise BadRequest("Invalid request: the body's JSON is nested too deeply") from None
+            raise BadRequest(f"Invalid request: {NESTED_TOO_DEEPLY}") from None
         except (ValueError, UnicodeDecodeError) as err:
             raise BadRequest(f"Invalid request: the body is not valid JSON in UTF-8 ({err})") from None
         if not isinstance(body, dict):

@@ -94,17 +94,66 @@ def request_names(err: AiaynError, field: str = "text") -> str:
     return err.render(lambda key: REQUEST_FIELDS.get(key, key)).replace(f"{field} item line ", f"{field} item ")
 
 
+# Deeper than any request needs, and well under Python's recursion limit: the JSON parser's own limit
+# (a RecursionError) moves with that limit, which other libraries in the process raise. Every route
+# that takes JSON checks it before parsing: `app.BodyLimit` for /v1/, `libretranslate.read_fields`.
+MAX_JSON_DEPTH = 100
+NESTED_TOO_DEEPLY = f"the body's JSON is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+
+
+class JsonDepth:
+    """How deeply the arrays and objects of a JSON text nest, read as it arrives (`feed` each part; brackets
+    inside strings not counted)."""
+
+    def __init__(self) -> None:
+        self.depth = self.deepest = 0
+        self.in_string = self.escaped = False
+
+    def feed(self, raw: bytes) -> int:
+        """Read the next part of the text; the deepest nesting so far."""
+        if not self.in_string and not any(c in raw for c in (b"[", b"{", b'"')):  # no string, nothing opened:
+            self.depth -= raw.count(b"]") + raw.count(b"}")  # bytes.count runs in C
+            return self.deepest
+        depth, deepest, in_string, escaped = self.depth, self.deepest, self.in_string, self.escaped
+        for byte in raw:
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif byte == 0x5C:  # backslash
+                    escaped = True
+                elif byte == 0x22:  # quote
+                    in_string = False
+            elif byte == 0x22:
+                in_string = True
+            elif byte in (0x5B, 0x7B):  # [ {
+                depth += 1
+                deepest = max(deepest, depth)
+            elif byte in (0x5D, 0x7D):  # ] }
+                depth -= 1
+        self.depth, self.deepest, self.in_string, self.escaped = depth, deepest, in_string, escaped
+        return deepest
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply the arrays and objects of the JSON text `raw` nest (brackets inside strings not counted)."""
+    return JsonDepth().feed(raw)
+
+
 def error(status: int, message: str) -> JSONResponse:
     """The server's one shape of error, whichever API answers: `{"error": "one line"}` with `status`."""
     return JSONResponse({"error": " ".join(message.split())}, status_code=status)
 
 
 __all__ = [
+    "MAX_JSON_DEPTH",
+    "NESTED_TOO_DEEPLY",
+    "JsonDepth",
     "TranslateRequest",
     "check_sentences",
     "check_text",
     "decoding_overrides",
     "error",
+    "json_depth",
     "request_names",
     "translate_request",
 ]

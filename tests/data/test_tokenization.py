@@ -182,3 +182,19 @@ def test_cli_train_tokenizer(tmp_path, capsys):
     assert out.startswith("wrote a bpe tokenizer of") and str(tmp_path / "tok") in out
     loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert loaded("A dog runs.")["input_ids"][-1] == 2
+
+
+def test_a_unigram_vocabulary_too_small_for_the_texts_characters_is_one_line(tmp_path, capsys):
+    """The issue's row 7: the unigram trainer's "vocabulary is not large enough to contain all chars" was a
+    traceback. 62 letters and digits do not fit in the 40 tokens left of 300 by the byte and special tokens."""
+    chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    lines = [" ".join(chars[(i * 7 + j) % len(chars)] * 3 for j in range(8)) for i in range(20)]
+    write_text_split(tmp_path / "data", "train", list(zip(lines, lines, strict=True)))
+    data = ("--data-dir", tmp_path / "data", "-s", "en", "-t", "de", "--algorithm", "unigram")
+    code, _, err = run_cli("train-tokenizer", *data, "--vocab-size", "300", "-o", tmp_path / "tok", capsys=capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: --vocab-size 300 is too small for a unigram vocabulary")
+    assert err.strip().splitlines()[-1].endswith("or --algorithm bpe")
+    assert not (tmp_path / "tok").exists()
+    code, _, err = run_cli("train-tokenizer", *data, "--vocab-size", "400", "-o", tmp_path / "tok", capsys=capsys)
+    assert code == 0, err

@@ -353,14 +353,48 @@ def test_bench_export_and_bench_model_run(corpus, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (REPO_ROOT / ".git").exists(), reason="compares against a git revision of this checkout")
-def test_bench_decode_change_compares_two_revisions():
+def test_bench_decode_change_compares_two_revisions(tmp_path):
     stdout = _run(
         "bench_decode.py", "--mode", "change", "--baseline", "HEAD", "--dims", "small", "--batch", "1",
-        "--repeats", "1", "--rounds", "1", "--new-tokens", "3",
+        "--repeats", "1", "--rounds", "1", "--new-tokens", "3", "--results", str(tmp_path / "change.json"),
     )  # fmt: skip
     _says_which_cpu(stdout)
     row = re.search(r"^\| small \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) ", stdout, re.M)
     assert row and all(float(v) > 0 for v in row.groups()), stdout
+    written = json.loads((tmp_path / "change.json").read_text())
+    assert written["name"] == "bench_decode_change" and len(written["figures"]["baseline_commit"]) == 40
+    assert written["figures"]["rows"][0]["baseline/current"] == pytest.approx(float(row.group(3)), abs=1e-3)
+
+
+def test_ablate_decoding_scores_each_beam_at_each_alpha(tmp_path):
+    """References that are the model's own beam-2 output at alpha 2: that cell scores 100; every beam is
+    timed; the test split is refused (choices are made on validation)."""
+    from helpers import save_tiny_model
+
+    from aiayn_cli.decoding.translator import Translator
+
+    model = save_tiny_model(tmp_path / "model")
+    sources = [f"w{4 + i % 50} w{5 + i % 7} w{6 + i % 11} w{9 + i % 5}" for i in range(12)]
+    references = Translator.from_pretrained(model).translate(sources, num_beams=2, length_penalty=2.0)
+    assert any(references)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "validation.en").write_text("\n".join(sources) + "\n")
+    (tmp_path / "data" / "validation.de").write_text("\n".join(references) + "\n")
+    common = [str(model), "--data-dir", str(tmp_path / "data"), "-s", "en", "-t", "de"]
+    stdout = _run("ablate_decoding.py", *common, "--beams", "1", "2", "--alphas", "0", "2",
+                  "--results", str(tmp_path / "ablation.json"))  # fmt: skip
+    _says_which_cpu(stdout)
+    figures = json.loads((tmp_path / "ablation.json").read_text())["figures"]
+    by_beam = {row["beam"]: row for row in figures["rows"]}
+    assert set(by_beam) == {1, 2} and figures["sentences"] == 12 and figures["split"] == "validation"
+    assert list(by_beam[1]["bleu_by_alpha"]) == ["0"]  # greedy: one alpha
+    assert by_beam[2]["bleu_by_alpha"]["2"] == 100.0 and by_beam[2]["best_bleu"] == 100.0
+    assert all(row["sentences_per_s"] > 0 for row in figures["rows"])
+    import subprocess
+
+    refused = subprocess.run([sys.executable, str(BENCHMARKS / "ablate_decoding.py"), *common, "--split", "test"],
+                             capture_output=True, text=True, env=cli_env(), timeout=300)  # fmt: skip
+    assert refused.returncode == 2 and "choices are made on validation" in refused.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(

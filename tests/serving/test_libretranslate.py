@@ -154,7 +154,7 @@ def test_a_body_nested_too_deeply_gets_400(server):
     body = b'{"source": "en", "target": "de", "q": ' + b"[" * 1500 + b"]" * 1500 + b"}"
     assert post(f"{server}/translate", body) == (
         400,
-        {"error": "Invalid request: the body's JSON is nested too deeply"},
+        {"error": "Invalid request: the body's JSON is nested too deeply (more than 100 levels)"},
     )
     assert post(f"{server}/translate", {"q": "w1", "source": "en", "target": "de", "alternatives": "1"})[0] == 200
 
@@ -169,15 +169,21 @@ def test_the_depth_limit_does_not_move_with_the_recursion_limit(server):
         body = b'{"source": "en", "target": "de", "q": ' + b"[" * 1500 + b"]" * 1500 + b"}"
         assert post(f"{server}/translate", body) == (
             400,
-            {"error": "Invalid request: the body's JSON is nested too deeply"},
+            {"error": "Invalid request: the body's JSON is nested too deeply (more than 100 levels)"},
         )
     finally:
         sys.setrecursionlimit(before)
 
 
 def test_json_depth_counts_brackets_outside_strings_only():
-    from aiayn_cli.serving.libretranslate import json_depth
+    from aiayn_cli.serving.requests import JsonDepth, json_depth
 
     assert json_depth(b'{"q": ["a", ["b"]]}') == 3
     assert json_depth(b'{"q": "[[[[\\"]]]"}') == 1
     assert json_depth(b'{"q": "\\"[[["}') == 1
+    # read in parts, as a body arrives: a string or an escape cut between two parts, parts with no bracket
+    text = b'{"q": "]]\\"[[", "r": [[1], [[2]]], "s": "[[[["}'
+    for size in (1, 2, 3, 7):
+        depth = JsonDepth()
+        deepest = [depth.feed(text[i : i + size]) for i in range(0, len(text), size)][-1]
+        assert deepest == json_depth(text) == 4, size

@@ -111,6 +111,8 @@ BAD_REQUESTS = [
     # (what, body, content type, status, words of the message)
     ("not JSON", b'{"text": "w1", ', "application/json", 400, "not valid JSON"),
     ("not UTF-8", b'{"text": "w1 \xff\xfe"}', "application/json", 400, "UTF-8"),
+    ("nested", b'{"text": ' + b"[" * 101 + b"]" * 101 + b"}", "application/json", 400, "more than 100 levels"),
+    ("nested 100", b'{"text": ' + b"[" * 99 + b"]" * 99 + b"}", "application/json", 422, "valid string"),
     ("too large", json.dumps({"text": "w1 " * 2000}).encode(), "application/json", 413, "4000 bytes"),
     ("too many sentences", json.dumps({"text": ["w1"] * 9}).encode(), "application/json", 422, "limit of 8"),
     ("sentence too long", json.dumps({"text": "w1 " * 100}).encode(), "application/json", 422, "limit of 200"),

@@ -75,6 +75,7 @@ def test_a_reference_is_explained_by_teacher_forcing(served):
         ({"text": "w1", "colour": "red"}, 422, "colour: Extra inputs are not permitted"),
         ({"text": "w1", "length_penalty": "nan"}, 422, "length_penalty"),
         (b'{"text": "w1"', 400, "the body is not valid JSON"),
+        (b'{"text": "w1", "x": ' + b"[" * 150 + b"]" * 150 + b"}", 400, "nested too deeply (more than 100 levels)"),
         (json.dumps({"text": "w1", "pad": "x" * 5000}).encode(), 413, "larger than the limit of 4000 bytes"),
     ],
 )
