@@ -346,6 +346,7 @@ def check_output_folder(
     Returns the folder to write (a link to a folder is followed).
     """
     path = Path(path)
+    check_utf8_name(path, key)
     kind = node_kind(path)
     if kind not in ("missing", "folder"):
         raise AiaynError(f"{path}: is a {kind}, not a folder; give a folder name", key=key)
@@ -369,6 +370,20 @@ def check_output_folder(
         )
     _check_writable_ancestor(target.parent, key, path)
     return target
+
+
+def check_utf8_name(path: str | os.PathLike, key: str | None = None) -> None:
+    """A folder output's name that holds a byte that is not UTF-8 (a shell passes any bytes; Python keeps
+    them as lone surrogates) is refused before any work: the tokenizers and safetensors libraries write
+    to UTF-8 paths only, and would fail after the work is done."""
+    name = os.fspath(path)
+    if any("\udc80" <= ch <= "\udcff" for ch in name):
+        shown = ascii(name.encode("utf-8", "surrogateescape"))[2:-1]
+        raise AiaynError(
+            f"{shown}: the name holds a byte that is not UTF-8; models and tokenizers are written to UTF-8 names "
+            "only: choose another",
+            key=key,
+        )
 
 
 def check_not_an_input(path: str | os.PathLike, inputs, key: str | None = None) -> Path:
@@ -504,6 +519,7 @@ __all__ = [
     "check_output_file",
     "check_output_files",
     "check_output_folder",
+    "check_utf8_name",
     "fsync_dir",
     "fsync_tree",
     "input_files",

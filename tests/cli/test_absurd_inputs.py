@@ -160,3 +160,19 @@ def test_a_run_folder_named_with_a_byte_that_is_not_utf8(capsys, tmp_path, data)
     code, _, err = run_cli(*args, capsys=capsys)
     assert "--output-dir holds a byte that is not UTF-8" in one_error_line(code, err)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["export", "average", "train-tokenizer"])
+def test_a_folder_output_named_with_a_byte_that_is_not_utf8(capsys, tmp_path, model, data, command):
+    """Found by the sweep: `export --output-dir` so named converted the model, then ended in the tokenizers
+    library's traceback writing the name. Every folder output is refused up front, naming the option."""
+    out = tmp_path / b"out\xff".decode("utf-8", "surrogateescape")
+    args = {
+        "export": ["export", "-m", model, "-o", out],
+        "average": ["average", model, model, "-o", out],
+        "train-tokenizer": ["train-tokenizer", "--data-dir", data, "-s", "en", "-t", "de", "--vocab-size", "300", "-o", out],
+    }[command]  # fmt: skip
+    code, _, err = run_cli(*args, capsys=capsys)
+    line = one_error_line(code, err)
+    assert "out\\xff: the name holds a byte that is not UTF-8" in line and line.startswith("error: --output")
+    assert not out.exists()
