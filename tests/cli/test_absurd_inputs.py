@@ -176,3 +176,13 @@ def test_a_folder_output_named_with_a_byte_that_is_not_utf8(capsys, tmp_path, mo
     line = one_error_line(code, err)
     assert "out\\xff: the name holds a byte that is not UTF-8" in line and line.startswith("error: --output")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("node", ["/dev/full", "/dev/zero"])
+def test_push_eval_json_that_never_ends_is_one_line(capsys, tmp_path, model, node):
+    """Found by the sweep: `push --eval-json /dev/full` read the device until the kernel killed the process
+    (exit 137, no line at all)."""
+    args = ["push", "-m", model, "--repo-id", "u/m", "--dry-run", "--output-dir", tmp_path / "out", "--eval-json", node]
+    code, _, err = run_cli(*args, capsys=capsys)
+    assert one_error_line(code, err) == f"error: --eval-json {node}: is a character device, not a file"
+    assert not (tmp_path / "out").exists()

@@ -432,7 +432,7 @@ def test_deeply_nested_json_is_said_so(client):
     answer = client.post("/v1/translate", content=body, headers={"content-type": "application/json"})
     assert answer.status_code in (400, 413) and set(answer.json()) == {"error"}, answer.text
     if answer.status_code == 400:
-        assert answer.json() == {"error": "the body's JSON is nested too deeply"}
+        assert answer.json() == {"error": "the body's JSON is nested too deeply (more than 100 levels)"}
 
 
 def test_a_request_that_is_not_http_gets_the_json_error_shape(tiny):

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ...errors import AiaynError
+from ...files import node_kind
 from .. import options
 
 
@@ -152,11 +153,24 @@ def _check_repo_id(repo_id: str) -> None:
         ) from None
 
 
+# `aiayn evaluate --json` writes scores and signatures: kilobytes
+MAX_EVAL_JSON_BYTES = 1 << 24
+
+
 def _read_json(path: Path) -> dict:
     """The results `aiayn evaluate --json` wrote: an object whose "scores" map each metric to an
     object with a numeric "score" (those the model card reports)."""
+    kind = node_kind(path)
+    if kind not in ("file", "missing"):  # a device such as /dev/full would be read until memory runs out
+        raise AiaynError(f"--eval-json {path}: is a {kind}, not a file")
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as f:
+            raw = f.read(MAX_EVAL_JSON_BYTES + 1)
+        if len(raw) > MAX_EVAL_JSON_BYTES:
+            raise AiaynError(
+                f"--eval-json {path}: larger than {MAX_EVAL_JSON_BYTES >> 20} MiB, not the output of aiayn evaluate --json"
+            )
+        results = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise AiaynError(f"--eval-json {path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
