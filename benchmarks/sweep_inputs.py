@@ -183,6 +183,7 @@ class Running:
         self.work, self.err_path = Path(self.tmp.name) / "case", Path(self.tmp.name) / "stderr"
         shutil.copytree(fixtures, self.work)
         self.before = fingerprint(self.work)
+        self.inputs = named_inputs(case, self.work)
         env = {"AIAYN_CACHE": str(Path(self.tmp.name) / "cache")}
         argv = [os.fsencode(a) if isinstance(a, str) else a for a in case.argv]
         self.started = time.monotonic()
@@ -226,7 +227,7 @@ class Running:
         after = fingerprint(self.work)
         seconds = time.monotonic() - self.started
         self.tmp.cleanup()
-        return outcome(self.case, self.before, after, err, self.returncode, self.timed_out, seconds)
+        return outcome(self.case, self.before, after, err, self.returncode, self.timed_out, seconds, self.inputs)
 
 
 def _forked(argv: list[bytes], work: Path, env: dict[str, str], err_path: Path) -> int:
@@ -270,9 +271,31 @@ def _forked(argv: list[bytes], work: Path, env: dict[str, str], err_path: Path) 
             os._exit(code)
 
 
-def outcome(case: Case, before: dict, after: dict, err: str, returncode: int, timed_out: bool, seconds: float) -> dict:
-    """The row of a case that has ended: how (refused, completed, traceback, ...) and what it changed."""
-    lost = sorted(k for k in before if after.get(k) != before[k])
+def named_inputs(case: Case, work: Path) -> set[str]:
+    """The fixtures (`model`, `data`, `src.txt`, ...) that the case's command line names outside the option
+    under test (its last two items): the command's inputs. A file the option under test names is an output
+    where the option is one: writing it is what was asked, unless it belongs to an input."""
+    named = set()
+    for item in case.argv[:-2]:
+        if isinstance(item, str) and item and (work / Path(item).parts[0]).exists():
+            named.add(Path(item).parts[0])
+    return named
+
+
+def outcome(
+    case: Case,
+    before: dict,
+    after: dict,
+    err: str,
+    returncode: int,
+    timed_out: bool,
+    seconds: float,
+    inputs: set[str] | None = None,
+) -> dict:
+    """The row of a case that has ended: how (refused, completed, traceback, ...) and what it changed: files
+    lost (a file of an input changed or removed; every fixture where `inputs` is None) and other files written."""
+    changed = sorted(k for k in before if after.get(k) != before[k])
+    lost = [k for k in changed if inputs is None or Path(k).parts[0] in inputs]
     lines = [line for line in err.strip().splitlines() if line.strip()]
     if timed_out:
         ended = "timed out"
@@ -294,6 +317,7 @@ def outcome(case: Case, before: dict, after: dict, err: str, returncode: int, ti
         "outcome": ended,
         "exit": returncode,
         "files_lost": lost,
+        "files_written": [k for k in changed if k not in lost],
         "seconds": round(seconds, 1),
         "last_line": (lines[-1] if lines else "")[:300],
     }
