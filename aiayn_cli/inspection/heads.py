@@ -270,6 +270,8 @@ def measure_heads(
     generation config by default."""
     if importance not in IMPORTANCE:
         raise AiaynError(f"{importance!r}: choose one of {', '.join(IMPORTANCE)}", key="importance")
+    if not 0 <= max_bleu_drop <= 100:  # NaN too: BLEU is 0 to 100, and the report is JSON
+        raise AiaynError(f"must be a number of BLEU points from 0 to 100, got {max_bleu_drop:g}", key="max_bleu_drop")
     say = progress or (lambda message: None)
     model = translator.model
     translator.decoding_options(**decoding)  # bad options fail before the work

@@ -186,3 +186,13 @@ def test_push_eval_json_that_never_ends_is_one_line(capsys, tmp_path, model, nod
     code, _, err = run_cli(*args, capsys=capsys)
     assert one_error_line(code, err) == f"error: --eval-json {node}: is a character device, not a file"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "101"])
+def test_heads_max_bleu_drop_past_100_is_one_line(capsys, tmp_path, model, data, value):
+    """Found by the sweep: `heads --max-bleu-drop inf` measured every head, then failed writing its JSON
+    report (infinity is not JSON)."""
+    args = ["heads", "-m", model, "--data-dir", data, "-s", "en", "-t", "de", "--split", "test"]
+    code, _, err = run_cli(*args, "--sample-size", "2", "-o", tmp_path / "out", "--max-bleu-drop", value, capsys=capsys)
+    assert "--max-bleu-drop must be a number of BLEU points from 0 to 100" in one_error_line(code, err)
+    assert not (tmp_path / "out").exists()
