@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import AiaynError
 from .extract import Explanation
 from .views import View
 
@@ -121,6 +122,11 @@ def bertviz_inputs(ex: Explanation) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+# About 12,000 x 8,000 pixels at 100 dpi (6 layers x 8 heads of 100 tokens fit); matplotlib needs a few
+# bytes a pixel for each array it makes while drawing.
+MAX_PICTURE_PIXELS = 100_000_000
+
+
 def heatmap_grid(v: View, title: str, path: Path) -> None:
     """A grid of heatmaps (layers down, heads across) with the tokens as tick labels, saved as PNG."""
     import matplotlib
@@ -135,6 +141,13 @@ def heatmap_grid(v: View, title: str, path: Path) -> None:
     label_w = 0.07 * max(len(t) for t in v.rows + [" "]) + 0.8  # the row labels, left of the first column
     label_h = 0.07 * max(len(t) for t in v.columns + [" "]) + 0.8  # the column labels, under the last row
     fig_w, fig_h = label_w + heads * (panel_w + 0.1) + 1.2, label_h + layers * (panel_h + 0.3) + 0.8
+    if fig_w * fig_h * 100**2 > MAX_PICTURE_PIXELS:  # matplotlib would take gigabytes to draw it
+        raise AiaynError(
+            f"{path.name}: {layers} x {heads} heatmaps of {rows} x {cols} tokens make a picture of "
+            f"{fig_w * 100:,.0f} x {fig_h * 100:,.0f} pixels, too large to draw or look at: choose a {{layer}} "
+            "and a {head}, a shorter sentence, or {formats} json or html",
+            mentions=("layer", "head", "formats"),
+        )
     fig, axes = plt.subplots(layers, heads, figsize=(fig_w, fig_h), squeeze=False, dpi=100, layout="constrained")
     font = 9 if single else 7
     for li in range(layers):

@@ -196,3 +196,13 @@ def test_heads_max_bleu_drop_past_100_is_one_line(capsys, tmp_path, model, data,
     code, _, err = run_cli(*args, "--sample-size", "2", "-o", tmp_path / "out", "--max-bleu-drop", value, capsys=capsys)
     assert "--max-bleu-drop must be a number of BLEU points from 0 to 100" in one_error_line(code, err)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_attention_picture_too_large_to_draw_is_one_line(capsys, tmp_path, model):
+    """Found by the sweep: `attention --max-len-b 1000000` let the random model translate to its limit of
+    1,024 tokens, then matplotlib drew 8 heatmaps of 1,023 x 1,023 tokens until the kernel killed it."""
+    args = ["attention", "-m", model, "w5 w6 w7", "-o", tmp_path / "out", "--max-len-b", "1000000"]
+    code, _, err = run_cli(*args, capsys=capsys)
+    line = one_error_line(code, err)
+    assert "too large to draw or look at: choose a --layer and a --head" in line and "--format json or html" in line
+    assert not (tmp_path / "out").exists()
