@@ -43,7 +43,7 @@ from .attention import install_attention
 from .batcher import DynamicBatcher
 from .libretranslate import add_libretranslate_routes
 from .limits import Limits
-from .requests import MAX_JSON_DEPTH, NESTED_TOO_DEEPLY, JsonDepth, TranslateRequest, error, translate_request
+from .requests import NESTED_TOO_DEEPLY, JsonDepth, TranslateRequest, error, translate_request
 
 # ---------------------------------------------------------------------------------------------
 # The answers (the request is `requests.py`'s; both are in the OpenAPI schema at /openapi.json and
@@ -231,7 +231,7 @@ class BodyLimit:
                 # FastAPI hands these to the HTTPException handler
                 if received > self.max_bytes:
                     raise BodyTooLarge(self.max_bytes)
-                if depth is not None and depth.feed(body) > MAX_JSON_DEPTH:
+                if depth is not None and depth.too_deep(body):
                     raise NestedTooDeeply()
             return message
 

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from ..decoding.translator import Translator
 from ..errors import AiaynError
 from .limits import Limits
-from .requests import MAX_JSON_DEPTH, NESTED_TOO_DEEPLY, TranslateRequest, error, json_depth, translate_request
+from .requests import NESTED_TOO_DEEPLY, TranslateRequest, error, too_deep, translate_request
 
 # The languages' English names, for GET /languages (a code not listed is its own name).
 LANGUAGE_NAMES = {
@@ -131,7 +131,7 @@ async def read_fields(request: Request) -> dict:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         raw = await request.body()
-        if json_depth(raw) > MAX_JSON_DEPTH:
+        if too_deep(raw):
             raise BadRequest(f"Invalid request: {NESTED_TOO_DEEPLY}")
         try:
             body = json.loads(raw)

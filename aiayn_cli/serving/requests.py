@@ -108,12 +108,11 @@ class JsonDepth:
     def __init__(self) -> None:
         self.depth = self.deepest = 0
         self.in_string = self.escaped = False
+        self.opened = 0  # brackets opened in the parts `too_deep` has been given
+        self.unread: list[bytes] = []  # those parts, not yet scanned
 
     def feed(self, raw: bytes) -> int:
         """Read the next part of the text; the deepest nesting so far."""
-        if not self.in_string and not any(c in raw for c in (b"[", b"{", b'"')):  # no string, nothing opened:
-            self.depth -= raw.count(b"]") + raw.count(b"}")  # bytes.count runs in C
-            return self.deepest
         depth, deepest, in_string, escaped = self.depth, self.deepest, self.in_string, self.escaped
         for byte in raw:
             if in_string:
@@ -132,6 +131,24 @@ class JsonDepth:
                 depth -= 1
         self.depth, self.deepest, self.in_string, self.escaped = depth, deepest, in_string, escaped
         return deepest
+
+    def too_deep(self, raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+        """Whether the text so far, with its next part `raw`, nests deeper than `limit`. A text cannot nest
+        deeper than the brackets it opens (counted in C): the parts are scanned, byte by byte, only once
+        more than `limit` have opened, which no request of this server's needs."""
+        self.opened += raw.count(b"[") + raw.count(b"{")
+        self.unread.append(raw)
+        if self.opened <= limit:
+            return False
+        for part in self.unread:
+            self.feed(part)
+        self.unread.clear()
+        return self.deepest > limit
+
+
+def too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text `raw` nests deeper than `limit` (`JsonDepth.too_deep`)."""
+    return JsonDepth().too_deep(raw, limit)
 
 
 def json_depth(raw: bytes) -> int:
@@ -154,6 +171,7 @@ __all__ = [
     "decoding_overrides",
     "error",
     "json_depth",
+    "too_deep",
     "request_names",
     "translate_request",
 ]

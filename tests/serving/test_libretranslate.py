@@ -187,3 +187,20 @@ def test_json_depth_counts_brackets_outside_strings_only():
         depth = JsonDepth()
         deepest = [depth.feed(text[i : i + size]) for i in range(0, len(text), size)][-1]
         assert deepest == json_depth(text) == 4, size
+
+
+def test_too_deep_reads_parts_and_scans_only_past_the_limits_brackets():
+    """Each request's body is checked: below `limit` opened brackets nothing is scanned byte by byte (bytes.count
+    runs in C); past it the parts held so far are scanned, strings and escapes cut between parts included."""
+    from aiayn_cli.serving.requests import JsonDepth, too_deep
+
+    in_a_string = b'{"q": "' + b"[" * 150 + b'", "r": [[1]]}'
+    deep = b'{"q": ' + b"[" * 101 + b"]" * 101 + b"}"
+    assert not too_deep(in_a_string) and too_deep(deep) and not too_deep(deep, limit=102)  # 1 object + 101 arrays
+    for text, expected in ((in_a_string, False), (deep, True)):
+        for size in (1, 7, 64):
+            checker = JsonDepth()
+            found = any([checker.too_deep(text[i : i + size]) for i in range(0, len(text), size)])
+            assert found == expected, (text[:20], size)
+    shallow = JsonDepth()
+    assert not shallow.too_deep(b'{"q": ["a", "b"]}') and shallow.deepest == 0  # under the limit: not scanned
