@@ -160,15 +160,13 @@ def sdpa_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Equation (1) on PyTorch's fused kernel (`attn_implementation="sdpa"`, the default), called directly:
-    `scaled_dot_product_attention`'s fused path, where `MultiHeadAttention._attention_function` has found it
-    the faster.
+    """Equation (1) on PyTorch's fused kernel (`attn_implementation="sdpa"`, the default), called directly.
 
     transformers' own "sdpa" function serves every model (grouped keys, `is_causal` guesses, tracing
     checks): a few microseconds a call that a beam search one token at a time pays six times a step.
     Returns the heads `(B, T_q, h, d_v)` and no weights.
     """
-    heads = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout)
+    heads, _ = scaled_dot_product_attention(query, key, value, attention_mask, dropout)
     return heads.transpose(1, 2), None
 
 
