@@ -355,36 +355,39 @@ def ablation_choices() -> list[Row]:
 
 
 def ablation_decoding() -> list[Row]:
-    """ablate_decoding's rows: validation BLEU of each beam size at each length penalty alpha (one search a
-    beam, re-ranked per alpha), the best alpha, and the beam's decoding speed; each results file's model,
-    hardware and commit in a numbered note under the table."""
-    found = results_files("ablate_decoding")
-    alphas = sorted({float(a) for _, r in found for row in r["figures"]["rows"] for a in row["bleu_by_alpha"]})
-    header = "| beam | " + " | ".join(f"alpha {a:g}" for a in alphas) + " | best | sentences/s | run |"
-    rows = [Row(header, None), Row("|---" * (len(alphas) + 4) + "|", None)]
-    for i, (path, r) in enumerate(found, 1):
-        for row in r["figures"]["rows"]:
-            by_alpha = {float(a): b for a, b in row["bleu_by_alpha"].items()}
-            best = max(by_alpha.values())
-            cells = [
-                "-"
-                if a not in by_alpha
-                else (f"**{by_alpha[a]:.2f}**" if by_alpha[a] == best else f"{by_alpha[a]:.2f}")
-                for a in alphas
-            ]
-            rows.append(Row(
-                f"| {row['beam']} | " + " | ".join(cells) + f" | {row['best_bleu']:.2f} (alpha {row['best_alpha']:g}) | "
-                f"{row['sentences_per_s']:,.1f} | [{i}] |", path))  # fmt: skip
-    if found:
-        rows.append(Row("", None))
-    for i, (path, r) in enumerate(found, 1):
+    """ablate_decoding's rows: validation BLEU of each beam size (a column) at each length penalty alpha (a
+    row; one search a beam, re-ranked per alpha; each beam's best in bold), and each beam's decoding speed.
+    A table a results file, its model, hardware and commit under it."""
+    rows: list[Row] = []
+    for path, r in results_files("ablate_decoding"):
         f = r["figures"]
-        note = (
-            f"[{i}] `{f['model']}`, {f['sentences']:,} {f['split']} sentences, {f['precision']}; {_hardware(r)}; "
-            f"commit {r['commit'][:7]}  "
-        )
-        rows.append(Row(note, path))
-    return rows
+        beams = f["rows"]
+        by_alpha = [{float(a): b for a, b in row["bleu_by_alpha"].items()} for row in beams]
+        alphas = sorted({a for scores in by_alpha for a in scores})
+        rows += [
+            Row("| alpha | " + " | ".join(f"beam {row['beam']}" for row in beams) + " |", None),
+            Row("|---" * (len(beams) + 1) + "|", None),
+        ]
+        for alpha in alphas:
+            cells = []
+            for scores in by_alpha:
+                bleu = scores.get(alpha)
+                cells.append(
+                    "-" if bleu is None else f"**{bleu:.2f}**" if bleu == max(scores.values()) else f"{bleu:.2f}"
+                )
+            rows.append(Row(f"| {alpha:g} | " + " | ".join(cells) + " |", path))
+        speeds = " | ".join(f"{row['sentences_per_s']:,.1f}" for row in beams)
+        rows.append(Row(f"| sentences/s | {speeds} |", path))
+        rows += [
+            Row("", None),
+            Row(
+                f"`{f['model']}`, {f['sentences']:,} {f['split']} sentences, {f['precision']}; {_hardware(r)}; "
+                f"commit {r['commit'][:7]}",
+                path,
+            ),  # fmt: skip
+            Row("", None),
+        ]
+    return rows[:-1]
 
 
 def gpu_check() -> list[Row]:
