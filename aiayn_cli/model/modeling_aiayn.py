@@ -160,10 +160,11 @@ def sdpa_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Equation (1) on PyTorch's fused kernel (`attn_implementation="sdpa"`, the default), called directly.
+    """Equation (1) on PyTorch's fused kernel (`attn_implementation="sdpa"`, the default), through
+    `scaled_dot_product_attention` (written out where that is the faster).
 
     transformers' own "sdpa" function serves every model (grouped keys, `is_causal` guesses, tracing
-    checks): a few microseconds a call that a beam search one token at a time pays six times a step.
+    checks): a few microseconds a call that a beam search one token at a time pays 2N times a step.
     Returns the heads `(B, T_q, h, d_v)` and no weights.
     """
     heads, _ = scaled_dot_product_attention(query, key, value, attention_mask, dropout)
@@ -194,6 +195,24 @@ def flex_attention_forward(
 
         attention_mask = create_block_mask(may_attend, batch, None, queries, keys, device=query.device)
     return ALL_ATTENTION_FUNCTIONS["flex_attention"](module, query, key, value, attention_mask, **kwargs)
+
+
+def attention_function(config: AiaynConfig, need_weights: bool = False) -> Callable:
+    """Equation (1)'s kernel for the model's `attn_implementation`: "sdpa" (the default) and "eager" here,
+    others from transformers' attention interface; the written-out equation where the weights are asked for.
+
+    The encoder and the decoder look it up once per forward and hand it to every attention: reading
+    `config._attn_implementation` goes through transformers' attribute lookups, a dozen Python calls
+    that a beam search one token at a time would otherwise pay in each of its 2N attentions per step.
+    """
+    implementation = config._attn_implementation
+    if need_weights or implementation in (None, "eager"):
+        return eager_attention_forward
+    if implementation == "sdpa":  # itself written out where that is the faster (`_written_out_is_faster`)
+        return sdpa_attention_forward
+    if implementation == "flex_attention":
+        return flex_attention_forward
+    return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,6 +263,7 @@ class MultiHeadAttention(nn.Module):
         cache: Cache | None = None,
         need_weights: bool = False,
         head_mask: torch.Tensor | None = None,
+        attention: Callable | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """
         Args:
@@ -260,6 +280,8 @@ class MultiHeadAttention(nn.Module):
                 it: `Concat(m_1 head_1, ..., m_h head_h) W^O`); a float mask that requires grad gives
                 dL/dm_i, Michel et al.'s (2019) head importance. The weights returned are the softmax's,
                 whatever the mask.
+            attention (*optional*): equation (1)'s kernel, `attention_function(config, need_weights)` (looked
+                up here where not given).
         """
         batch, length, d_model = hidden_states.shape
         if self.self_attention:
@@ -278,27 +300,13 @@ class MultiHeadAttention(nn.Module):
             # G = key.size(0) sentences for B = G * k rows: each sentence's k rows query its keys together
             (query,) = self._split_heads(self.q_proj(hidden_states), 1, groups=key.size(0))
         dropout = self.dropout if self.training else 0.0
-        attention = self._attention_function(query, need_weights)
+        attention = attention or attention_function(self.config, need_weights)
         heads, weights = attention(self, query, key, value, mask, scaling=self.scaling, dropout=dropout)
         if head_mask is not None:  # m_i head_i
             heads = heads * head_mask.to(heads.dtype)[None, None, :, None]
         # (B, T, h, d_k) or (G, k * T, h, d_k) -> (B, T, h * d_k): Concat(head_1, ..., head_h)
         concat = heads.reshape(batch, length, d_model)
         return self.out_proj(concat), weights if need_weights else None
-
-    def _attention_function(self, query: torch.Tensor, need_weights: bool) -> Callable:
-        """The model's `attn_implementation`: "sdpa" (the default) and "eager" here, others from transformers'
-        attention interface; the written-out equation (1) where the weights are asked for, and for "sdpa"
-        where it is the faster (`_written_out_is_faster`): the same equation, so the same numbers to float
-        rounding."""
-        implementation = self.config._attn_implementation
-        if need_weights or implementation in (None, "eager"):
-            return eager_attention_forward
-        if implementation == "sdpa":
-            return eager_attention_forward if _written_out_is_faster(query) else sdpa_attention_forward
-        if implementation == "flex_attention":
-            return flex_attention_forward
-        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,12 +466,15 @@ class EncoderLayer(GradientCheckpointingLayer):
         mask: torch.Tensor | None,
         need_weights: bool = False,
         head_mask: torch.Tensor | None = None,
+        attention: Callable | None = None,
     ):
         weights = None
 
         def self_attention(h):
             nonlocal weights
-            out, weights = self.self_attn(h, mask=mask, need_weights=need_weights, head_mask=head_mask)
+            out, weights = self.self_attn(
+                h, mask=mask, need_weights=need_weights, head_mask=head_mask, attention=attention
+            )
             return out
 
         x = self.self_attn_sublayer(x, self_attention)
@@ -492,12 +503,13 @@ class DecoderLayer(GradientCheckpointingLayer):
         need_weights: bool = False,
         head_mask: torch.Tensor | None = None,
         cross_attn_head_mask: torch.Tensor | None = None,
+        attention: Callable | None = None,
     ):
         weights = {}
 
         def self_attention(h):
             out, weights["self"] = self.self_attn(
-                h, mask=self_mask, cache=cache, need_weights=need_weights, head_mask=head_mask
+                h, mask=self_mask, cache=cache, need_weights=need_weights, head_mask=head_mask, attention=attention
             )
             return out
 
@@ -509,6 +521,7 @@ class DecoderLayer(GradientCheckpointingLayer):
                 cache=cache,
                 need_weights=need_weights,
                 head_mask=cross_attn_head_mask,
+                attention=attention,
             )
             return out
 
@@ -582,6 +595,7 @@ class Encoder(nn.Module):
 
     def __init__(self, config: AiaynConfig, embed_tokens: nn.Embedding):
         super().__init__()
+        self.config = config  # `config._attn_implementation` picks equation (1)'s kernel
         self.embed_tokens = embed_tokens
         self.embed_positions = PositionalEncoding(config)
         self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.num_encoder_layers)])
@@ -611,8 +625,9 @@ class Encoder(nn.Module):
         mask = padding_mask(attention_mask)
         hidden_states, attentions = (x,), ()
         masks = layer_head_masks(head_mask, len(self.layers), self.layers[0].self_attn.num_heads, "head_mask")
+        attention = attention_function(self.config, output_attentions)
         for layer, layer_mask in zip(self.layers, masks):
-            x, weights = layer(x, mask, need_weights=output_attentions, head_mask=layer_mask)
+            x, weights = layer(x, mask, need_weights=output_attentions, head_mask=layer_mask, attention=attention)
             hidden_states, attentions = hidden_states + (x,), attentions + (weights,)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -629,6 +644,7 @@ class Decoder(nn.Module):
 
     def __init__(self, config: AiaynConfig, embed_tokens: nn.Embedding):
         super().__init__()
+        self.config = config  # `config._attn_implementation` picks equation (1)'s kernel
         self.embed_tokens = embed_tokens
         self.embed_positions = PositionalEncoding(config)
         self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.num_decoder_layers)])
@@ -673,6 +689,7 @@ class Decoder(nn.Module):
             layer_head_masks(head_mask, n, h, "decoder_head_mask"),
             layer_head_masks(cross_attn_head_mask, n, h, "cross_attn_head_mask"),
         )
+        attention = attention_function(self.config, output_attentions)
         for layer, (self_head_mask, cross_head_mask) in zip(self.layers, masks):
             x, self_weights, cross_weights = layer(
                 x,
@@ -683,6 +700,7 @@ class Decoder(nn.Module):
                 need_weights=output_attentions,
                 head_mask=self_head_mask,
                 cross_attn_head_mask=cross_head_mask,
+                attention=attention,
             )
             hidden_states = hidden_states + (x,)
             self_attentions, cross_attentions = self_attentions + (self_weights,), cross_attentions + (cross_weights,)

@@ -598,14 +598,14 @@ def test_attention_implementations_give_the_same_numbers_and_eager_the_weights()
     assert model.config._attn_implementation == "sdpa"
     ids, mask = random_batch([7, 4, 6])
     batch = {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": ids[:, :5]}
-    attention = model.model.decoder.layers[0].cross_attn
-    query = torch.zeros(1, 4, 2, 16)
-    assert attention._attention_function(query, False) is modeling.sdpa_attention_forward
+    config = model.model.decoder.layers[0].cross_attn.config
+    assert modeling.attention_function(config) is modeling.sdpa_attention_forward
+    assert modeling.attention_function(config, need_weights=True) is modeling.eager_attention_forward
     with torch.no_grad():
         sdpa = model(**batch).logits
         model.set_attn_implementation("eager")
         eager = model(**batch, output_attentions=True)
-    assert attention._attention_function(query, False) is modeling.eager_attention_forward
+    assert modeling.attention_function(config) is modeling.eager_attention_forward
     torch.testing.assert_close(eager.logits, sdpa, atol=1e-5, rtol=1e-5)
     weights = eager.cross_attentions[0]  # (B, h, T, S)
     assert weights.shape == (3, 4, 5, 7) and torch.allclose(weights.sum(-1), torch.ones(3, 4, 5))
@@ -622,8 +622,8 @@ def _eager_and_flex(run):
         for implementation in ("eager", "flex_attention"):
             model.set_attn_implementation(implementation)
             outputs.append(run(model))
-    attention = model.model.decoder.layers[0].cross_attn
-    assert attention._attention_function(torch.zeros(1, 4, 2, 16), False) is modeling.flex_attention_forward
+    config = model.model.decoder.layers[0].cross_attn.config
+    assert modeling.attention_function(config) is modeling.flex_attention_forward
     return outputs
 
 
