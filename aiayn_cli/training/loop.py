@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import torch
 from tqdm.auto import tqdm
 
+from ..allocator import KeptMemory
 from ..errors import Interrupted
 from .checkpoint import (
     list_checkpoints,
@@ -199,6 +200,7 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
         dynamic_ncols=True,
     )
     window, lr = Window(), ctx.scheduler.get_last_lr()[0]
+    memory = KeptMemory()
     ctx.model.train()
     try:
         with signals:
@@ -218,13 +220,13 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
                 bar.update(1)
                 # 5a. Train metrics (the host reads the device here).
                 if state.step % recipe.log_every_steps == 0:
-                    log_train(ctx, clock, guard, window, lr, bar)
+                    log_train(ctx, clock, guard, window, lr, bar, memory)
                     window = Window()
                 # 5b. Stop? Validate? Save? (A signal: save at once, no validation.)
                 signalled = agreed.signalled > 0 or (
                     ctx.accelerator.num_processes == 1 and signals.received is not None
                 )
-                stopped_by = after_step(ctx, clock, guard, bar, agreed, epoch_done, signalled)
+                stopped_by = after_step(ctx, clock, guard, bar, agreed, epoch_done, signalled, memory)
                 if stopped_by:
                     break
     finally:
@@ -232,16 +234,29 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
     return LoopEnd(stopped_by, signals.received)
 
 
-def after_step(ctx: RunContext, clock: Clock, guard, bar, agreed: Agreement, epoch_done: bool, signalled: bool) -> str:
-    """Validate, save and stop as the step's agreement and the recipe say; why the run stops ("" to go on)."""
+def after_step(
+    ctx: RunContext,
+    clock: Clock,
+    guard,
+    bar,
+    agreed: Agreement,
+    epoch_done: bool,
+    signalled: bool,
+    memory: KeptMemory,
+) -> str:
+    """Validate, save and stop as the step's agreement and the recipe say; why the run stops ("" to go on).
+    What validation and saving freed goes back to the kernel after them (`memory`)."""
     recipe, state = ctx.recipe, ctx.state
     stopped_by = stop_reason(ctx, clock, time_up=agreed.time_up > 0, epoch_done=epoch_done)
     save = bool(stopped_by) or agreed.checkpoint_due > 0 or _every(state.step, recipe.checkpoint_every_steps)
+    validated = (
+        not signalled
+        and ctx.data.valid_loader is not None
+        and (bool(stopped_by) or agreed.validation_due > 0 or _every(state.step, recipe.valid_every_steps))
+    )
     if signalled:
         stopped_by, save = "signal", True
-    elif ctx.data.valid_loader is not None and (
-        stopped_by or agreed.validation_due > 0 or _every(state.step, recipe.valid_every_steps)
-    ):
+    elif validated:
         save |= validate(ctx, clock, guard, bar)
         if recipe.early_stopping_patience and state.bad_validations >= recipe.early_stopping_patience:
             stopped_by, save = stopped_by or "early_stopping", True
@@ -250,6 +265,9 @@ def after_step(ctx: RunContext, clock: Clock, guard, bar, agreed: Agreement, epo
     if recipe.history_steps and state.step in recipe.history_steps:
         guard.raise_if_found()
         save_checkpoint(ctx.accelerator, ctx.model, ctx.tokenizer, state.to_dict(), ctx.output / HISTORY_DIR)
+        save = True
+    if save or validated:
+        memory.release()
     return stopped_by
 
 
@@ -412,8 +430,11 @@ def peak_rss_mb() -> float | None:
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
-def log_train(ctx: RunContext, clock: Clock, guard: NonFiniteGuard, window: Window, lr: float, bar) -> None:
-    """The train log line of the window: metrics.jsonl, the trackers, the progress bar."""
+def log_train(
+    ctx: RunContext, clock: Clock, guard: NonFiniteGuard, window: Window, lr: float, bar, memory: KeptMemory
+) -> None:
+    """The train log line of the window: metrics.jsonl, the trackers, the progress bar; the memory the
+    allocator kept goes back where it has grown (`memory`)."""
     accelerator, seconds = ctx.accelerator, time.monotonic() - window.start
     guard.raise_if_found()
     local = window.losses
@@ -432,6 +453,8 @@ def log_train(ctx: RunContext, clock: Clock, guard: NonFiniteGuard, window: Wind
     }
     if (rss := peak_rss_mb()) is not None:
         record["peak_rss_mb"] = rss
+    if (resident := memory.check()) is not None:
+        record["rss_mb"] = round(resident / 2**20, 1)
     ctx.metrics.write(record)
     accelerator.log({k: v for k, v in record.items() if k != "step"}, step=ctx.state.step)
     postfix = {"loss": f"{record['train/loss']:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}

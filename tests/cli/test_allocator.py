@@ -43,6 +43,33 @@ def test_tcmalloc_where_jemalloc_is_missing():
 
 
 @pytest.mark.parametrize(
+    "choice, libraries, preloaded",
+    [
+        ("jemalloc", ("jemalloc", "tcmalloc"), "libjemalloc.so.2"),
+        ("tcmalloc", ("jemalloc", "tcmalloc_minimal"), "libtcmalloc_minimal.so.2"),  # jemalloc passed over
+        ("tcmalloc", ("tcmalloc",), "libtcmalloc.so.2"),
+    ],
+)
+def test_the_user_names_the_allocator(choice, libraries, preloaded):
+    env = preload_environment(["aiayn", "train"], {"AIAYN_ALLOCATOR": choice}, installed(*libraries))
+    assert env["LD_PRELOAD"] == preloaded and env[PRELOADED] == preloaded
+    assert ("MALLOC_CONF" in env) == (choice == "jemalloc")
+
+
+@pytest.mark.parametrize(
+    "choice, libraries, message",
+    [
+        ("jemalloc", ("tcmalloc",), "AIAYN_ALLOCATOR=jemalloc: not installed (Debian, Ubuntu: apt-get install libjemalloc2)"),
+        ("tcmalloc", ("jemalloc",), "AIAYN_ALLOCATOR=tcmalloc: not installed (Debian, Ubuntu: apt-get install libtcmalloc-minimal4)"),
+    ],
+)  # fmt: skip
+def test_an_allocator_that_cannot_be_had_is_one_clear_error(choice, libraries, message):
+    with pytest.raises(AiaynError) as error:
+        preload_environment(["aiayn", "train"], {"AIAYN_ALLOCATOR": choice}, installed(*libraries))
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
     "argv, environ, libraries",
     [
         (["aiayn", "translate", "--input", "train"], {}, ("jemalloc",)),  # "train" is a value here
@@ -90,5 +117,67 @@ def test_an_unknown_choice_is_one_line_and_exit_2(monkeypatch, capsys):
         script()
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: AIAYN_ALLOCATOR=jemallocc: expected auto (jemalloc where installed) or system"
+        "error: AIAYN_ALLOCATOR=jemallocc: expected auto (jemalloc where installed, else tcmalloc), jemalloc, "
+        "tcmalloc or system"
     ]
+
+
+RELEASE = """
+import ctypes, json
+from aiayn_cli.allocator import release_free_memory
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+
+def resident_mb():
+    return next(int(line.split()[1]) // 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+
+chunks = [libc.malloc(1 << 16) for _ in range(4096)]  # 256 MB in chunks below glibc's mmap threshold
+last = libc.malloc(1 << 16)  # in use above them: nothing for glibc to trim at the top of its heap
+for chunk in [*chunks, last]:
+    ctypes.memset(chunk, 1, 1 << 16)
+for chunk in chunks:
+    libc.free(chunk)
+kept = resident_mb()
+release_free_memory()
+print(json.dumps({"kept": kept, "released": resident_mb()}))
+"""
+
+
+@pytest.mark.parametrize("allocator", ["glibc", "jemalloc"])
+def test_release_free_memory_gives_freed_pages_back(allocator):
+    """256 MB freed and kept by the allocator (glibc's free chunks under one in use; jemalloc's dirty
+    pages with `JEMALLOC_CONF`) leave the process's resident memory at `release_free_memory()`."""
+    import ctypes.util
+    import json
+    import subprocess
+
+    from helpers import cli_env
+
+    env = cli_env()
+    env.pop("LD_PRELOAD", None)
+    if allocator == "jemalloc":
+        library = ctypes.util.find_library("jemalloc")
+        if library is None:
+            pytest.skip("jemalloc is not installed (apt-get install libjemalloc2)")
+        env.update(LD_PRELOAD=library, MALLOC_CONF=JEMALLOC_CONF)
+    result = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    memory = json.loads(result.stdout)
+    assert memory["kept"] - memory["released"] >= 200, memory  # MB
+
+
+def test_kept_memory_goes_back_after_events_and_where_it_has_grown():
+    """`KeptMemory`: `release` at validation and checkpoints; `check` at log lines releases only once the
+    resident memory has grown by more than `growth` over its least since the last release."""
+    from aiayn_cli.allocator import KeptMemory
+
+    readings, released = iter([100, 90, 110, 113, 80, None, 100]), []
+    memory = KeptMemory(growth=0.25, resident=lambda: next(readings), release=lambda: released.append(True))
+    assert [memory.check() for _ in range(3)] == [100, 90, 110] and memory.floor == 90 and not released
+    assert memory.check() == 113 and memory.releases == 1 and memory.floor is None  # 113 > 90 * 1.25
+    assert memory.check() == 80 and memory.floor == 80
+    assert memory.check() is None and memory.floor == 80  # where the platform does not say
+    memory.release()
+    assert memory.releases == 2 and memory.floor is None and len(released) == 2
+    assert memory.check() == 100 and memory.floor == 100

@@ -427,3 +427,22 @@ def test_bench_train_host_times_both_loops_over_the_same_batches(tmp_path):
     assert record["figures"] == json.loads(json.dumps(figures))
     assert [len(figures["seconds_a_step"][side]) for side in ("aiayn", "minimal")] == [1, 1]
     assert figures["ratio_aiayn_over_minimal"] > 0 and record["figures"]["precision"] == "no"
+
+
+@pytest.mark.slow
+def test_bench_allocator_runs_every_setting_and_samples_memory(corpus, tmp_path):
+    out = tmp_path / "bench_allocator.json"
+    stdout = _run(
+        "bench_allocator.py", "--data-dir", str(corpus), "--recipe", "tiny", "--minutes", "0.1",
+        "--conf", "system", "--conf", "dirty_decay_ms:1000,muzzy_decay_ms:1000",
+        "--set", "tokenizer_training.vocab_size=400", "--results", str(out),
+    )  # fmt: skip
+    _says_which_cpu(stdout)
+    for conf in ("system", "dirty_decay_ms:1000,muzzy_decay_ms:1000"):
+        row = re.search(rf"^\| {re.escape(conf)} \| ([\d,]+) \| ([\d.]+) \| (\d+) \| ([\d,]+) \|", stdout, re.M)
+        assert row and all(float(v.replace(",", "")) > 0 for v in row.groups()), stdout
+    from benchmarks.results import read
+
+    runs = read(out)["figures"]["runs"]
+    assert [run["conf"] for run in runs] == ["system", "dirty_decay_ms:1000,muzzy_decay_ms:1000"]
+    assert runs[0]["ratio_to_first"] == 1.0 and all(run["rss_mb_by_minute"] for run in runs)
