@@ -10,10 +10,13 @@ of PyTorch's CPU performance guide, and what its launcher does (`python -m torch
 jemalloc's defaults still give unused pages back to the kernel after 10 seconds (`dirty_decay_ms`,
 `muzzy_decay_ms`): with steps of one to a few seconds the same hundreds of MB are given back and
 faulted in again all the time, in the kernel. The restart therefore sets `MALLOC_CONF` to keep them
-where the environment has no `MALLOC_CONF` of its own. What validation and checkpoints free is kept
-as well, in extents the steps do not reuse: the run hands all kept pages back after each of them
-(`release_free_memory`), so its memory stays flat instead of growing with each one. The measurements
-behind these choices: CHANGELOG.md (0.1.0 and Unreleased) and `benchmarks/bench_allocator.py`.
+where the environment has no `MALLOC_CONF` of its own. (Any positive decay is no middle way: jemalloc
+then gives the arena of its allocations of 8 MiB and more, the activations, a decay of 0.) What
+validation, checkpoints and a batch of a new shape free is kept as well, in extents the steps do not
+all reuse, and a run's memory grew by gigabytes an hour: `KeptMemory` hands the kept pages back after
+each validation and checkpoint, and wherever the resident memory has grown by a quarter
+(`release_free_memory`). The measurements behind these choices: CHANGELOG.md (0.1.0 and Unreleased)
+and `benchmarks/bench_allocator.py`.
 
 An allocator can only be chosen before the process starts, so the `aiayn` commands that train
 start again, once, with `LD_PRELOAD` naming the library (`os.execve`: the same process id, the same
