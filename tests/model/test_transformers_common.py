@@ -1,4 +1,4 @@
-"""transformers' own common model tests (5.24.0's `ModelTesterMixin`, `ConfigTester`) run against the model.
+"""transformers' own common model tests (5.25.0's `ModelTesterMixin`, `ConfigTester`) run against the model.
 
 A tiny config and a tester in the shape of transformers' model tests (BART's, Marian's); the mixins are
 the release's files, kept in `transformers_common/` (`fetch.py` fetches and verifies them). Every test

@@ -18,12 +18,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-VERSION = "5.24.0"
-SDIST_SHA256 = "906cb8c3cb2123575e263962586a4d21a979ce97feeb95fe6aaf66fe6ae88bf3"
+VERSION = "5.25.0"
+SDIST_SHA256 = "9120226c6bf170d69abc3029036799bb5d48e552f7127646a529a5c9309812e2"
 # path in the sdist (under transformers-VERSION/) -> sha256 of the file
 FILES = {
     "LICENSE": "77fd4710def9ec3c0f6225800e0235f15a425abd4a8b03559127fcd782612049",
-    "tests/test_modeling_common.py": "d73163a672c297372aa0c7d69ab7909a703627fa32483c62d563e59927d721d3",
+    "tests/test_modeling_common.py": "b76190b86d67b334d474eb2d043dfa695caf45a3ceab68bc08ebf4280784abb4",
     "tests/test_configuration_common.py": "a8ac6455ff1bc085c147de71930a3bf57eb4e1ff880102ccaa627477b1f111e4",
 }
 HERE = Path(__file__).resolve().parent

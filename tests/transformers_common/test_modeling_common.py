@@ -92,7 +92,6 @@ from transformers.testing_utils import (
     get_device_properties,
     hub_retry,
     is_flaky,
-    preserve_module_forwards,
     require_accelerate,
     require_bitsandbytes,
     require_deepspeed,
@@ -872,6 +871,7 @@ class ModelTesterMixin(ExportTesterMixin):
             "Gemma3nTextModelTest": 4,  # need to test KV shared layer for both types: `full_attention` and `sliding_attention`
             "Gemma3nVision2TextModelTest": 4,  # need to test KV shared layer for both types: `full_attention` and `sliding_attention`
             "MistralLarge4ModelTest": 4,  # need to test KV shared layer for both types: RoPE and NoPE
+            "Kolibri1_1ModelTest": 5,  # a sliding layer, plus sparse indexers and reindexers that produce or reuse K/V
             "BeitModelTest": 4,  # BeitForSemanticSegmentation requires config.out_indices to be a list of 4 integers
             "ZambaModelTest": 5,  # The minimum number to test beyond the initial ["mamba", "mamba", "hybrid"] in `ZambaConfig._layers_block_type`
             "Wav2Vec2BertModelTest": 4,
@@ -2102,6 +2102,7 @@ class ModelTesterMixin(ExportTesterMixin):
             model.to(torch_device)
             model.train()
             inputs = self._prepare_for_class(inputs_dict, model_class, return_labels=True)
+            inputs = {k: v.to(torch_device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
             loss = model(**inputs).loss
             loss.backward()
 
@@ -3177,16 +3178,12 @@ class ModelTesterMixin(ExportTesterMixin):
                         return
                     # model might return non-tensors objects (e.g. Cache class)
                     elif isinstance(tuple_object, torch.Tensor):
-                        self.assertTrue(
-                            torch.allclose(
-                                set_nan_tensor_to_zero(tuple_object), set_nan_tensor_to_zero(dict_object), atol=1e-5
-                            ),
-                            msg=(
-                                "Tuple and dict output are not equal. Difference:"
-                                f" {torch.max(torch.abs(tuple_object - dict_object))}. Tuple has `nan`:"
-                                f" {torch.isnan(tuple_object).any()} and `inf`: {torch.isinf(tuple_object)}. Dict has"
-                                f" `nan`: {torch.isnan(dict_object).any()} and `inf`: {torch.isinf(dict_object)}."
-                            ),
+                        torch.testing.assert_close(
+                            set_nan_tensor_to_zero(tuple_object),
+                            set_nan_tensor_to_zero(dict_object),
+                            rtol=1e-5,
+                            atol=1e-5,
+                            msg=lambda m: f"Tuple and dict output are not equal.\n{m}",
                         )
 
                 recursive_check(tuple_output, dict_output)
@@ -3337,18 +3334,18 @@ class ModelTesterMixin(ExportTesterMixin):
                 continue
 
             inputs_dict_class = self._prepare_for_class(inputs_dict, model_class)
-            model = model_class(copy.deepcopy(config)).eval()
-            model = model.to(torch_device)
-            set_seed(42)
-            base_output = model(**inputs_dict_class)
-
-            model_size = compute_module_sizes(model)[0][""]
             with tempfile.TemporaryDirectory() as tmp_dir:
+                model = model_class(copy.deepcopy(config))
                 # Since we don't support saving with bins files anymore, but still support loading we use this context
                 # to easily create the bins files and try to load them
                 with force_serialization_as_bin_files():
-                    model.cpu().save_pretrained(tmp_dir)
+                    model.save_pretrained(tmp_dir)
 
+                model = model.from_pretrained(tmp_dir, device_map=torch_device)
+                set_seed(42)
+                base_output = model(**inputs_dict_class)
+
+                model_size = compute_module_sizes(model)[0][""]
                 with self.assertRaises(ValueError):
                     max_size = int(self.model_split_percents[0] * model_size)
                     max_memory = {0: max_size, "cpu": max_size}
@@ -3386,15 +3383,15 @@ class ModelTesterMixin(ExportTesterMixin):
                 continue
 
             inputs_dict_class = self._prepare_for_class(inputs_dict, model_class)
-            model = model_class(copy.deepcopy(config)).eval()
-            model = model.to(torch_device)
-            set_seed(42)
-            base_output = model(**inputs_dict_class)
-
-            model_size = compute_module_sizes(model)[0][""]
             with tempfile.TemporaryDirectory() as tmp_dir:
-                model.cpu().save_pretrained(tmp_dir)
+                model = model_class(copy.deepcopy(config))
+                model.save_pretrained(tmp_dir)
 
+                model = model.from_pretrained(tmp_dir, device_map=torch_device)
+                set_seed(42)
+                base_output = model(**inputs_dict_class)
+
+                model_size = compute_module_sizes(model)[0][""]
                 max_size = int(self.model_split_percents[1] * model_size)
                 max_memory = {0: max_size, "cpu": max_size}
 
@@ -3426,17 +3423,17 @@ class ModelTesterMixin(ExportTesterMixin):
                 continue
 
             inputs_dict_class = self._prepare_for_class(inputs_dict, model_class)
-            model = model_class(copy.deepcopy(config)).eval()
-            model = model.to(torch_device)
-
-            set_seed(42)
-            base_output = model(**inputs_dict_class)
-
-            model_size = compute_module_sizes(model)[0][""]
-            # We test several splits of sizes to make sure it works.
-            max_gpu_sizes = [int(p * model_size) for p in self.model_split_percents[1:]]
             with tempfile.TemporaryDirectory() as tmp_dir:
-                model.cpu().save_pretrained(tmp_dir)
+                model = model_class(copy.deepcopy(config))
+                model.save_pretrained(tmp_dir)
+
+                model = model.from_pretrained(tmp_dir, device_map=torch_device)
+                set_seed(42)
+                base_output = model(**inputs_dict_class)
+
+                model_size = compute_module_sizes(model)[0][""]
+                # We test several splits of sizes to make sure it works.
+                max_gpu_sizes = [int(p * model_size) for p in self.model_split_percents[1:]]
 
                 for max_size in max_gpu_sizes:
                     max_memory = {0: max_size, "cpu": model_size * 2}
@@ -3469,17 +3466,17 @@ class ModelTesterMixin(ExportTesterMixin):
                 continue
 
             inputs_dict_class = self._prepare_for_class(inputs_dict, model_class)
-            model = model_class(config).eval()
-            model = model.to(torch_device)
-
-            set_seed(42)
-            base_output = model(**inputs_dict_class)
-
-            model_size = compute_module_sizes(model)[0][""]
-            # We test several splits of sizes to make sure it works.
-            max_gpu_sizes = [int(p * model_size) for p in self.model_split_percents[1:]]
             with tempfile.TemporaryDirectory() as tmp_dir:
-                model.cpu().save_pretrained(tmp_dir)
+                model = model_class(copy.deepcopy(config))
+                model.save_pretrained(tmp_dir)
+
+                model = model.from_pretrained(tmp_dir, device_map=torch_device)
+                set_seed(42)
+                base_output = model(**inputs_dict_class)
+
+                model_size = compute_module_sizes(model)[0][""]
+                # We test several splits of sizes to make sure it works.
+                max_gpu_sizes = [int(p * model_size) for p in self.model_split_percents[1:]]
 
                 for max_size in max_gpu_sizes:
                     max_memory = {0: max_size, 1: model_size * 2, "cpu": model_size * 2}
@@ -4153,6 +4150,7 @@ class ModelTesterMixin(ExportTesterMixin):
                 "parakeet_encoder",
                 "parakeet_ctc",
                 "pi0",
+                "pi05",
                 "pixtral",
                 "sam",
                 "sam_hq",
@@ -4292,13 +4290,8 @@ class ModelTesterMixin(ExportTesterMixin):
                 model.save_pretrained(tmpdirname)
                 model = model_class.from_pretrained(tmpdirname, dtype=dtype)
 
-                sub_models_supporting_fa = [
-                    module._supports_flash_attn
-                    for name, module in model.named_modules()
-                    if isinstance(module, PreTrainedModel) and name != ""
-                ]
-                supports_fa_all_modules = (
-                    all(sub_models_supporting_fa) if len(sub_models_supporting_fa) > 0 else model._supports_flash_attn
+                supports_fa_all_modules = all(
+                    module._supports_flash_attn for module in model.modules() if isinstance(module, PreTrainedModel)
                 )
                 if not supports_fa_all_modules:
                     with self.assertRaises(ValueError):
@@ -4375,6 +4368,12 @@ class ModelTesterMixin(ExportTesterMixin):
 
                 dummy_input = inputs_dict[model.main_input_name]
                 dummy_attention_mask = inputs_dict.get("attention_mask", torch.ones_like(dummy_input))
+                # Some models need other inputs along the main one (e.g. audio codes for Moshi)
+                extra_inputs = {
+                    key: inputs_dict[key]
+                    for key in getattr(self, "additional_model_inputs", [])
+                    if key in inputs_dict and key != "attention_mask"
+                }
                 batch_size = dummy_attention_mask.shape[0]
 
                 is_padding_right = dummy_attention_mask[:, -1].sum().item() != batch_size
@@ -4408,9 +4407,9 @@ class ModelTesterMixin(ExportTesterMixin):
                         decoder_attention_mask=dummy_decoder_attention_mask,
                     )
                 else:
-                    _ = model(dummy_input)
+                    _ = model(dummy_input, **extra_inputs)
                     # with attention mask
-                    _ = model(dummy_input, attention_mask=dummy_attention_mask)
+                    _ = model(dummy_input, attention_mask=dummy_attention_mask, **extra_inputs)
 
     @require_flash_attn
     @require_torch_accelerator
@@ -4592,6 +4591,15 @@ class ModelTesterMixin(ExportTesterMixin):
             self.skipTest(f"{self.__class__.__name__} doesn't have the attribute `_torch_compile_train_cls`.")
 
         config, _ = self.model_tester.prepare_config_and_inputs_for_common()
+
+        # Disable dropout to avoid randomized outcomes
+        if hasattr(config, "attention_dropout"):
+            config.attention_dropout = 0.0
+        if hasattr(config, "attention_probs_dropout_prob"):
+            config.attention_probs_dropout_prob = 0.0
+        if hasattr(config, "dropout_rate"):
+            config.dropout_rate = 0.0
+
         cls = self._torch_compile_train_cls
         attn_implementation = getattr(self, "_torch_compile_train_attn_implementation", None)
         if attn_implementation is not None:
@@ -6391,19 +6399,61 @@ class ModelTesterMixin(ExportTesterMixin):
                     else:
                         self.assertIsNone(captured[i])
 
-    @require_kernels
     @require_torch_accelerator
+    @require_kernels
     def test_kernels_can_load_without_crashing(self):
         """Check whether activating kernels leads to an (value) error"""
         config, _ = self.model_tester.prepare_config_and_inputs_for_common()
 
         for model_class in self.all_model_classes:
             model = model_class(config).to(torch_device)
+            # Most kernels are inference mode so ensure to enable as much as we can
+            model.eval()
 
-            # `kernelize` mutates module-level singletons, so restore them to keep later tests kernel-free
-            with preserve_module_forwards(model):
-                # Using kernels should not raise a `ValueError`
+            # Using kernels should not raise a `ValueError`
+            model.use_kernels = True
+
+    @require_torch_accelerator
+    @require_kernels
+    def test_kernels_can_run_without_crashing_inference(self):
+        """
+        Check whether activating kernels and then running through some input leads to an (value) error (inference)
+        """
+        config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+
+        for model_class in self.all_model_classes:
+            model = model_class(config).to(torch_device)
+            model.eval()
+            model.use_kernels = True
+
+            prepared_inputs = self._prepare_for_class(inputs, model_class)
+            prepared_inputs = {
+                k: v.to(torch_device) if isinstance(v, torch.Tensor) else v for k, v in prepared_inputs.items()
+            }
+
+            model(**prepared_inputs)
+
+    @require_torch_accelerator
+    @require_kernels
+    def test_kernels_can_run_without_crashing_training(self):
+        """
+        Check whether activating kernels and then running through some input leads to an (value) error (training)
+
+        # NOTE: We run the original `test_training` and modify to trigger kernelization after calling `.train`
+                (otherwise we need to override 100s of models manually).
+        """
+        original_train = PreTrainedModel.train
+
+        def train_with_kernels(model, mode=True):
+            result = original_train(model, mode)
+
+            if mode and not model.use_kernels:
                 model.use_kernels = True
+
+            return result
+
+        with patch.object(PreTrainedModel, "train", train_with_kernels):
+            self.test_training()
 
     @parameterized.expand([("linear",), ("dynamic",), ("yarn",)])
     def test_model_rope_scaling_from_config(self, scaling_type):

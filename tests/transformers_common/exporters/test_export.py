@@ -1,4 +1,4 @@
-"""`ExportTesterMixin`, which `test_modeling_common.py` imports from a file the 5.24.0 sdist does not ship.
+"""`ExportTesterMixin`, which `test_modeling_common.py` imports from a file the release's sdist does not ship.
 
 Written for this project, not transformers' file: `torch.export` of `forward` and of `generate()`
 (decomposed by transformers' own `export_for_generation` into the encoder, one decoding step and the

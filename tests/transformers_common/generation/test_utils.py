@@ -1,4 +1,4 @@
-"""`GenerationTesterMixin`, which `test_modeling_common.py` imports from a file the 5.24.0 sdist does not ship.
+"""`GenerationTesterMixin`, which `test_modeling_common.py` imports from a file the release's sdist does not ship.
 
 Written for this project, not transformers' file (whose tests are not run here; docs/transformers-tests.md):
 `generate()` gives the same tokens with the cache it makes by default, with a fixed-size one
