@@ -162,11 +162,10 @@ class KeptMemory:
     ):
         self.growth, self._resident, self._release = growth, resident, release
         self.floor: int | None = None  # the least resident memory since the last release
-        self.releases = 0
 
     def release(self) -> None:
         self._release()
-        self.floor, self.releases = None, self.releases + 1
+        self.floor = None
 
     def check(self) -> int | None:
         """The resident memory now (bytes, None where unknown), after a release where it had grown."""

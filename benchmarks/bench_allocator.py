@@ -15,7 +15,7 @@ For each run: the training tokens/s (`trainer_state.json`: tokens over training 
 recipe's hour reports them), its steps, and the process's resident memory sampled every 2 seconds
 (`VmRSS`): the peak, the largest of its last quarter, and the largest of each minute. The figure
 that matters is the pair: tokens/s as a ratio to the first `--conf`, and whether memory stays flat.
-Memory growth that takes minutes to appear needs runs of minutes: the default is 12 (about 40 minutes
+Memory growth that takes minutes to appear needs runs of minutes: the default is 12 (about 45 minutes
 for the three runs). Run it alone: other work on the machine changes both figures.
 """
 
@@ -91,7 +91,7 @@ def train(args, conf: str, tokenizer: Path, output: Path, extra: list[str], log:
         sampler.join()
     if code != 0:
         sys.exit(
-            f"error: aiayn train with MALLOC_CONF={conf!r} exited with {code}; see {log}:\n{log.read_text()[-2000:]}"
+            f"error: aiayn train with MALLOC_CONF={conf!r} exited with {code}; the end of its log:\n{log.read_text()[-2000:]}"
         )
     return samples
 
