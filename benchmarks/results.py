@@ -194,17 +194,49 @@ def top_feature(flags: dict[str, bool]) -> str:
     return "no-avx2"
 
 
+FEATURE_ORDER = ("no-avx2", "avx2", "avx512", "avx512-bf16", "amx")
+
+
+def limit_feature(value: str) -> str:
+    """The feature of `FEATURE_ORDER` an ISA variable's value allows at most: `avx2` for ATen's `avx2`,
+    oneDNN's `AVX2_VNNI` or MKL's `AVX2`; `avx512-bf16` for oneDNN's `AVX512_CORE_BF16` and the AVX10 levels."""
+    v = value.strip().upper()
+    if "AMX" in v:
+        return "amx"
+    if v.startswith(("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10")):
+        return "avx512-bf16"
+    if v.startswith("AVX512"):
+        return "avx512"
+    if v.startswith("AVX2"):
+        return "avx2"
+    return "no-avx2"  # ATen's default, SSE4, AVX, CTranslate2's GENERIC
+
+
+def held_feature(cpu: dict[str, Any]) -> str | None:
+    """The feature the run was held to by `isa_limits` (ONEDNN_MAX_CPU_ISA=AVX2, ...), where that is below
+    the CPU's own top feature; None where nothing held it."""
+    top = top_feature(cpu["flags"])
+    held = min(
+        (limit_feature(v) for v in cpu.get("isa_limits", {}).values()),
+        key=FEATURE_ORDER.index,
+        default=top,
+    )
+    return held if top in FEATURE_ORDER and FEATURE_ORDER.index(held) < FEATURE_ORDER.index(top) else None
+
+
 def slug(text: str) -> str:
     text = re.sub(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$", " ", text.lower())
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "unknown"
 
 
 def machine_slug(machine: dict[str, Any]) -> str:
-    """A file-name part for the machine: the GPU's model, else the CPU's and its top feature."""
+    """A file-name part for the machine: the GPU's model, else the CPU's and its top feature, and the
+    feature ISA variables held it to (`amd-epyc-avx512-bf16-as-avx2`), so a held run has a file of its own."""
     if machine.get("gpu"):
         return slug(machine["gpu"]["model"])
     cpu = machine["cpu"]
-    return f"{slug(cpu['model'])}-{top_feature(cpu['flags'])}"
+    held = held_feature(cpu)
+    return f"{slug(cpu['model'])}-{top_feature(cpu['flags'])}" + (f"-as-{held}" if held else "")
 
 
 def describe(machine: dict[str, Any]) -> str:

@@ -218,6 +218,7 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
                 state.source_tokens += int(agreed.source_tokens)
                 window.add(StepSums(losses, agreed.target_tokens, agreed.source_tokens))
                 bar.update(1)
+                memory.check()  # what the allocator kept beyond the steps' own pages goes back
                 # 5a. Train metrics (the host reads the device here).
                 if state.step % recipe.log_every_steps == 0:
                     log_train(ctx, clock, guard, window, lr, bar, memory)
@@ -433,8 +434,8 @@ def peak_rss_mb() -> float | None:
 def log_train(
     ctx: RunContext, clock: Clock, guard: NonFiniteGuard, window: Window, lr: float, bar, memory: KeptMemory
 ) -> None:
-    """The train log line of the window: metrics.jsonl, the trackers, the progress bar; the memory the
-    allocator kept goes back where it has grown (`memory`)."""
+    """The train log line of the window: metrics.jsonl, the trackers, the progress bar; the resident
+    memory as `memory` last read it."""
     accelerator, seconds = ctx.accelerator, time.monotonic() - window.start
     guard.raise_if_found()
     local = window.losses
@@ -453,7 +454,7 @@ def log_train(
     }
     if (rss := peak_rss_mb()) is not None:
         record["peak_rss_mb"] = rss
-    if (resident := memory.check()) is not None:
+    if (resident := memory.resident) is not None:
         record["rss_mb"] = round(resident / 2**20, 1)
     ctx.metrics.write(record)
     accelerator.log({k: v for k, v in record.items() if k != "step"}, step=ctx.state.step)

@@ -168,14 +168,15 @@ def test_release_free_memory_gives_freed_pages_back(allocator):
 
 
 def test_kept_memory_goes_back_after_events_and_where_it_has_grown():
-    """`KeptMemory`: `release` at validation and checkpoints; `check` at log lines releases only once the
-    resident memory has grown by more than `growth` over its least since the last release."""
+    """`KeptMemory`: `release` at validation and checkpoints; `check` (after every step) releases only once
+    the resident memory has grown by more than `growth` over its least since the last release."""
     from aiayn_cli.allocator import KeptMemory
 
     readings, released = iter([100, 90, 110, 113, 80, None, 100]), []
     memory = KeptMemory(growth=0.25, resident=lambda: next(readings), release=lambda: released.append(True))
     assert [memory.check() for _ in range(3)] == [100, 90, 110] and memory.floor == 90 and not released
     assert memory.check() == 113 and len(released) == 1 and memory.floor is None  # 113 > 90 * 1.25
+    assert memory.resident == 113  # the last reading, for the log line
     assert memory.check() == 80 and memory.floor == 80
     assert memory.check() is None and memory.floor == 80  # where the platform does not say
     memory.release()

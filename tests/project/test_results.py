@@ -55,6 +55,13 @@ def test_machines_are_named_by_model_and_features():
     }
     assert results.machine_slug(epyc) == "amd-epyc-7r13-avx2"
     assert results.describe(epyc) == "AMD EPYC 7R13 (2 cores; AVX2)"
+    held = {"cpu": {**xeon["cpu"], "isa_limits": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}}
+    assert results.machine_slug(held) == "intel-xeon-platinum-8488c-amx-as-avx2"
+    assert results.describe(held).endswith("AMX; held to ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2)")
+    bf16 = {"cpu": {**xeon["cpu"], "isa_limits": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}}}
+    assert results.machine_slug(bf16) == "intel-xeon-platinum-8488c-amx-as-avx512-bf16"
+    above = {"cpu": {**epyc["cpu"], "isa_limits": {"MKL_ENABLE_INSTRUCTIONS": "AVX512"}}}
+    assert results.machine_slug(above) == "amd-epyc-7r13-avx2"  # a limit above what the CPU has holds nothing
     gpu = {**epyc, "gpu": {"model": "NVIDIA H100 80GB HBM3", "count": 1}}
     assert results.machine_slug(gpu) == "nvidia-h100-80gb-hbm3" and results.describe(gpu) == "NVIDIA H100 80GB HBM3"
 

@@ -325,3 +325,30 @@ def test_gradient_checkpointing_trains_the_same_weights(task, tmp_path):
         assert result.returncode == 0, result.stderr
         runs[flag] = weights(out / "checkpoint-3")
     assert max_difference(runs["false"], runs["true"]) < 1e-5
+
+
+def test_the_resident_memory_is_checked_after_every_step(task, tmp_path, monkeypatch):
+    # the pages the allocator keeps can pile up by gigabytes between two log lines: KeptMemory reads the
+    # resident memory after every step, and the log line records its last reading
+    from aiayn_cli.allocator import KeptMemory
+    from aiayn_cli.training import loop, trainer
+    from aiayn_cli.training.recipe import load_recipe
+
+    readings, released = iter(range(1, 100)), []
+
+    class Counted(KeptMemory):
+        def __init__(self):
+            super().__init__(resident=lambda: next(readings) * 2**20, release=lambda: released.append(True))
+
+    monkeypatch.setattr(loop, "KeptMemory", Counted)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(task["root"] / "cache"))
+    overrides = {
+        **{"data.data_dir": str(task["data"]), "data.dataset": None, "tokenizer": str(task["tokenizer"])},
+        **{"output_dir": str(tmp_path / "run"), "max_steps": 5, "log_every_steps": 2, "valid_split": None},
+        **{"best_metric": "loss", "average_last": None, "mixed_precision": "no", "trackers": []},
+    }
+    trainer.train(load_recipe(TINY, overrides), show_progress=False)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["rss_mb"]) for r in logged if "rss_mb" in r] == [(2, 2.0), (4, 4.0)]
+    assert next(readings) == 6  # five steps, five readings
+    assert released  # 2 MB > 1 MB * 1.5, and the checkpoint at the end
