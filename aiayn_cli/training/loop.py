@@ -155,15 +155,31 @@ class Clock:
         return self.cpu_seconds0 + time.process_time() - self.cpu0
 
     def events(self, recipe) -> tuple[float, float, float, float]:
-        """By this clock: checkpoint due, validation due, time up, and the fraction of max_time spent."""
+        """By this clock: checkpoint due, validation due, time up, and the fraction of max_time spent.
+
+        A timed checkpoint or validation that falls due takes the other with it where that is within a
+        tenth of its own period, and neither comes within a tenth of its period of the time limit, whose
+        step validates and saves anyway: two checkpoints a few steps apart (one timed, one for a new
+        best, or one just before the end) would count as two in an average of the last k."""
         now = self.elapsed()
-        checkpoint = (
-            recipe.checkpoint_every_minutes and now - self.last_checkpoint >= recipe.checkpoint_every_minutes * 60
-        )
-        valid = recipe.valid_every_minutes and now - self.last_valid >= recipe.valid_every_minutes * 60
-        time_up = self.max_seconds is not None and now >= self.max_seconds
+        left = self.max_seconds - now if self.max_seconds is not None else math.inf
+        checkpoint, checkpoint_near = _due(now - self.last_checkpoint, recipe.checkpoint_every_minutes, left)
+        valid, valid_near = _due(now - self.last_valid, recipe.valid_every_minutes, left)
+        checkpoint, valid = checkpoint or valid and checkpoint_near, valid or checkpoint and valid_near
+        time_up = left <= 0
         time_fraction = now / self.max_seconds if self.max_seconds else 0.0
-        return float(bool(checkpoint)), float(bool(valid)), float(time_up), time_fraction
+        return float(checkpoint), float(valid), float(time_up), time_fraction
+
+
+def _due(since: float, minutes: float | None, left: float) -> tuple[bool, bool]:
+    """Whether an event every `minutes` is due `since` seconds after the last one, and whether it is
+    near (within a tenth of its period); neither within a tenth of its period of the time limit (`left`)."""
+    if not minutes:
+        return False, False
+    period = minutes * 60
+    if left <= period / 10:
+        return False, False
+    return since >= period, since >= period * 0.9
 
 
 class LoopEnd(NamedTuple):

@@ -352,3 +352,31 @@ def test_the_resident_memory_is_checked_after_every_step(task, tmp_path, monkeyp
     assert [(r["step"], r["rss_mb"]) for r in logged if "rss_mb" in r] == [(2, 2.0), (4, 4.0)]
     assert next(readings) == 6  # five steps, five readings
     assert released  # 2 MB > 1 MB * 1.5, and the checkpoint at the end
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "last_checkpoint", "last_valid", "expected"),
+    [
+        (300.0, 0.0, 0.0, (1.0, 1.0)),  # both due
+        (300.0, 0.0, 20.0, (1.0, 1.0)),  # the checkpoint is due, validation 20 s away: both now
+        (300.0, 20.0, 0.0, (1.0, 1.0)),  # and the other way round
+        (300.0, 0.0, 100.0, (1.0, 0.0)),  # validation 100 s away: the checkpoint alone
+        (250.0, 0.0, 0.0, (0.0, 0.0)),
+        (3590.0, 3200.0, 3200.0, (0.0, 0.0)),  # 10 s before the limit, whose step validates and saves
+        (3600.0, 3200.0, 3200.0, (0.0, 0.0)),
+    ],
+)
+def test_timed_checkpoints_and_validations_never_come_a_few_steps_apart(elapsed, last_checkpoint, last_valid, expected):
+    # a timed checkpoint one step before a validation's new best (or before the end) would count twice
+    # in an average of the last k (checkpoint-3273 and checkpoint-3274 in a Multi30k hour)
+    from types import SimpleNamespace
+
+    from aiayn_cli.training.loop import Clock
+
+    clock = Clock(SimpleNamespace(train_seconds=0.0, cpu_seconds=0.0), "60m")
+    clock.elapsed = lambda: elapsed
+    clock.last_checkpoint, clock.last_valid = last_checkpoint, last_valid
+    recipe = SimpleNamespace(checkpoint_every_minutes=5, valid_every_minutes=5)
+    checkpoint, valid, time_up, _ = clock.events(recipe)
+    assert (checkpoint, valid) == expected
+    assert time_up == float(elapsed >= 3600)
