@@ -165,7 +165,7 @@ class Clock:
         left = self.max_seconds - now if self.max_seconds is not None else math.inf
         checkpoint, checkpoint_near = _due(now - self.last_checkpoint, recipe.checkpoint_every_minutes, left)
         valid, valid_near = _due(now - self.last_valid, recipe.valid_every_minutes, left)
-        checkpoint, valid = checkpoint or valid and checkpoint_near, valid or checkpoint and valid_near
+        checkpoint, valid = checkpoint or (valid and checkpoint_near), valid or (checkpoint and valid_near)
         time_up = left <= 0
         time_fraction = now / self.max_seconds if self.max_seconds else 0.0
         return float(checkpoint), float(valid), float(time_up), time_fraction
