@@ -4,6 +4,8 @@ only: the figures of the docs' ablation table (docs/recipes.md).
     python benchmarks/ablate_multi30k.py OUT --parallel 4                     # every variant, 4 at once
     python benchmarks/ablate_multi30k.py OUT --variants base,tiny --parallel 2
     python benchmarks/ablate_multi30k.py OUT --smoke                          # on the CPU, tiny sizes
+    python benchmarks/ablate_multi30k.py OUT --recipe recipes/multi30k_en_de.yaml --variants gpu-choices \
+        --limit 4500                                                          # the CPU recipe's hour
 
 Each variant is the base recipe plus `--set` overrides (VARIANTS), trained by `aiayn train` in a process
 of its own (its own tokenizer, built from the training split), `--parallel` of them at once. What a
@@ -67,6 +69,19 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     ),
     "dropout-0.1": ("P_drop 0.1 instead of 0.3", {"model.dropout": 0.1}),
     "smoothing-0": ("no label smoothing", {"label_smoothing": 0.0}),
+    # For the CPU recipe (`--recipe recipes/multi30k_en_de.yaml`): the GPU recipe's model and optimiser.
+    "gpu-choices": (
+        "the GPU recipe's choices: 4+4 layers, 8,192-token batches, lr_scale 0.75, 1,000 warmup steps, "
+        "attention and ReLU dropout 0.1",
+        {
+            **LAYERS_4,
+            "max_tokens": 8192,
+            "lr_scale": 0.75,
+            "warmup_steps": 1000,
+            "model.attention_dropout": 0.1,
+            "model.activation_dropout": 0.1,
+        },
+    ),
 }
 
 
