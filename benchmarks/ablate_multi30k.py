@@ -5,7 +5,7 @@ only: the figures of the docs' ablation table (docs/recipes.md).
     python benchmarks/ablate_multi30k.py OUT --variants base,tiny --parallel 2
     python benchmarks/ablate_multi30k.py OUT --smoke                          # on the CPU, tiny sizes
     python benchmarks/ablate_multi30k.py OUT --recipe recipes/multi30k_en_de.yaml --variants gpu-choices \
-        --limit 4500                                                          # the CPU recipe's hour
+        --limit 4500 --finished base=RUN      # the CPU recipe's hour; RUN: the recipe test's run folder
 
 Each variant is the base recipe plus `--set` overrides (VARIANTS), trained by `aiayn train` in a process
 of its own (its own tokenizer, built from the training split), `--parallel` of them at once. What a
@@ -153,10 +153,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--limit", type=float, default=560.0, help="seconds a variant may take, its end included")
     parser.add_argument("--bundle", type=Path, default=REPO / ".gpu-bundle", help="make gpu-bundle's folder")
     parser.add_argument("--smoke", action="store_true", help="on the CPU, at tiny sizes, in steps")
+    parser.add_argument(
+        "--finished",
+        action="append",
+        default=[],
+        metavar="NAME=RUN",
+        help="a variant already trained with --recipe on this machine, alone: its run folder is summarised "
+        "instead of training it again (base=the run folder of the recipe's hour)",
+    )
     args = parser.parse_args(argv)
-    names = args.variants.split(",")
-    if unknown := [n for n in names if n not in VARIANTS]:
-        parser.error(f"--variants: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
+    names = [n for n in args.variants.split(",") if n]
+    finished = dict(item.partition("=")[::2] for item in args.finished)
+    if unknown := [n for n in [*names, *finished] if n not in VARIANTS]:
+        parser.error(f"--variants/--finished: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
+    if missing := [
+        f"{n}={r}" for n, r in finished.items() if not list(Path(r).glob("checkpoint-*/trainer_state.json"))
+    ]:
+        parser.error(
+            f"--finished: {', '.join(missing)} is not a finished run folder (no checkpoint-*/trainer_state.json)"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     source = (
         source_of(REPO, json.loads((args.bundle / "source.json").read_text()))
@@ -176,9 +191,13 @@ def main(argv: list[str] | None = None) -> dict:
     data = bundled if (bundled / "train.en").is_file() else MULTI30K
     if args.smoke:
         data = _smoke_multi30k(work / "smoke-multi30k")
+    figures["variants"] = {}
+    for name, run in finished.items():
+        words, overrides = VARIANTS[name]
+        figures["variants"][name] = {"change": words, "overrides": overrides, "finished_run": run, **summary(Path(run))}
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
         futures = {name: pool.submit(run_variant, name, args, data, work, env) for name in names}
-        figures["variants"] = {name: future.result() for name, future in futures.items()}
+        figures["variants"].update({name: future.result() for name, future in futures.items()})
     path = recorder.write(figures, path=args.out / "ablate_multi30k.json")
     if not args.smoke:
         recorder.write(figures)

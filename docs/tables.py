@@ -313,7 +313,8 @@ def ablation() -> list[Row]:
         rows.append(Row("", None))
     for i, (path, r) in enumerate(found, 1):
         f = r["figures"]
-        note = f"[{i}] `{f['recipe']}`, {f['parallel']} variants at once; {_hardware(r)}; commit {r['commit'][:7]}  "
+        at_once = f"{f['parallel']} variants at once" if f["parallel"] > 1 else "each variant alone"
+        note = f"[{i}] `{f['recipe']}`, {at_once}; {_hardware(r)}; commit {r['commit'][:7]}  "
         rows.append(Row(note, path))
     return rows
 

@@ -366,6 +366,39 @@ def test_bench_decode_change_compares_two_revisions(tmp_path):
     assert written["figures"]["rows"][0]["baseline/current"] == pytest.approx(float(row.group(3)), abs=1e-3)
 
 
+@pytest.mark.slow  # one variant trained at smoke sizes by `aiayn train` in a subprocess
+def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_one(tmp_path):
+    """A variant trained at smoke sizes records its steps and the choice its end made on validation; its
+    run folder given back as `--finished base=RUN` gives the same figures without training again, named
+    for the run it came from; a folder without checkpoints is refused in one line."""
+    import subprocess
+
+    def ablate(out: str, *args: str) -> subprocess.CompletedProcess:
+        recipe = str(REPO_ROOT / "recipes" / "multi30k_en_de.yaml")
+        command = [sys.executable, str(BENCHMARKS / "ablate_multi30k.py"), str(tmp_path / out), "--smoke"]
+        return subprocess.run([*command, "--recipe", recipe, *args], capture_output=True, text=True,
+                              env=cli_env(TMPDIR=str(tmp_path)), timeout=600)  # fmt: skip
+
+    def variants(out: str) -> dict:
+        return json.loads((tmp_path / out / "ablate_multi30k.json").read_text())["figures"]["variants"]
+
+    trained = ablate("trained", "--variants", "dropout-0.1")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    variant = variants("trained")["dropout-0.1"]
+    assert variant["exit_code"] == 0 and variant["steps"] == 12 and variant["valid_bleu"] is not None
+    assert variant["chosen"] and variant["length_penalty"] in (0.6, 1.0)
+    (run,) = tmp_path.glob("aiayn-ablate-*/dropout-0.1/run")
+    summarised = ablate("summarised", "--variants", "", "--finished", f"base={run}")
+    assert summarised.returncode == 0, summarised.stderr[-3000:]
+    base = variants("summarised")["base"]
+    assert base["change"] == "the recipe as shipped" and base["finished_run"] == str(run)
+    figures = ("steps", "train_seconds", "valid", "chosen", "candidates", "length_penalty", "valid_bleu")
+    assert {k: base[k] for k in figures} == {k: variant[k] for k in figures}
+    refused = ablate("refused", "--variants", "", "--finished", f"base={tmp_path / 'trained'}")
+    assert refused.returncode == 2
+    assert "is not a finished run folder" in refused.stderr.strip().splitlines()[-1]
+
+
 def test_ablate_decoding_scores_each_beam_at_each_alpha(tmp_path):
     """References that are the model's own beam-2 output at alpha 2: that cell scores 100; every beam is
     timed; the test split is refused (choices are made on validation)."""
