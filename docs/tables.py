@@ -322,7 +322,7 @@ def ablation() -> list[Row]:
 def ablation_choices() -> list[Row]:
     """Averaging and alpha in each ablate_multi30k variant: validation BLEU (greedy, the run's sample) of
     the last checkpoint and of the best average of the decayed tail, and BLEU (beam 4, whole split) of
-    the final model at each length penalty of the grid."""
+    the final model at each length penalty of the grid. [i]: the ablation table's note on the run."""
     found = results_files("ablate_multi30k")
     alphas = sorted(
         {
@@ -334,7 +334,7 @@ def ablation_choices() -> list[Row]:
     )
     header = "| variant | last | best average (k) | " + " | ".join(f"alpha {a:g}" for a in alphas) + " |"
     rows = [Row(header, None), Row("|---" * (3 + len(alphas)) + "|", None)]
-    for path, r in found:
+    for i, (path, r) in enumerate(found, 1):
         for name, v in r["figures"]["variants"].items():
             if v.get("valid_bleu") is None:
                 continue
@@ -346,7 +346,7 @@ def ablation_choices() -> list[Row]:
             average = f"{averages[best]:.2f} ({k})" if best else "-"
             rows.append(
                 Row(
-                    f"| `{name}` | {v['candidates'].get('last', float('nan')):.2f} | {average} | "
+                    f"| `{name}` [{i}] | {v['candidates'].get('last', float('nan')):.2f} | {average} | "
                     + " | ".join(cells)
                     + " |",
                     path,
