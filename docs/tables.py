@@ -314,6 +314,8 @@ def ablation() -> list[Row]:
     for i, (path, r) in enumerate(found, 1):
         f = r["figures"]
         at_once = f"{f['parallel']} variants at once" if f["parallel"] > 1 else "each variant alone"
+        if any("finished_run" in v for v in f["variants"].values()):
+            at_once += " (runs trained earlier, read by `--finished`)"
         note = f"[{i}] `{f['recipe']}`, {at_once}; {_hardware(r)}; commit {r['commit'][:7]}  "
         rows.append(Row(note, path))
     return rows
