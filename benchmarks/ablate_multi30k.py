@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     recorder = Recorder("ablate_multi30k", source=source)
     work = Path(tempfile.mkdtemp(prefix="aiayn-ablate-"))
+    if names:  # kept: `aiayn evaluate --model WORK/NAME/run/averaged`, `--finished NAME=WORK/NAME/run`
+        print(f"run folders: {work}/NAME/run", flush=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // max(args.parallel, 1)))

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from corpora import make_pairs, write_text_split
@@ -368,9 +369,10 @@ def test_bench_decode_change_compares_two_revisions(tmp_path):
 
 @pytest.mark.slow  # one variant trained at smoke sizes by `aiayn train` in a subprocess
 def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_one(tmp_path):
-    """A variant trained at smoke sizes records its steps and the choice its end made on validation; its
-    run folder given back as `--finished base=RUN` gives the same figures without training again, named
-    for the run it came from; a folder without checkpoints is refused in one line."""
+    """A variant trained at smoke sizes records its steps and the choice its end made on validation, and
+    says where its run folder is kept; that folder given back as `--finished base=RUN` gives the same
+    figures without training again, named for the run it came from; a folder without checkpoints is
+    refused in one line."""
     import subprocess
 
     def ablate(out: str, *args: str) -> subprocess.CompletedProcess:
@@ -387,7 +389,9 @@ def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_on
     variant = variants("trained")["dropout-0.1"]
     assert variant["exit_code"] == 0 and variant["steps"] == 12 and variant["valid_bleu"] is not None
     assert variant["chosen"] and variant["length_penalty"] in (0.6, 1.0)
-    (run,) = tmp_path.glob("aiayn-ablate-*/dropout-0.1/run")
+    (said,) = [line for line in trained.stdout.splitlines() if line.startswith("run folders: ")]
+    run = Path(said.removeprefix("run folders: ").replace("NAME", "dropout-0.1"))
+    assert run.parent.parent.parent == tmp_path and (run / "averaged").is_dir()
     summarised = ablate("summarised", "--variants", "", "--finished", f"base={run}")
     assert summarised.returncode == 0, summarised.stderr[-3000:]
     base = variants("summarised")["base"]
