@@ -163,7 +163,13 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     names = [n for n in args.variants.split(",") if n]
-    finished = dict(item.partition("=")[::2] for item in args.finished)
+    if malformed := [item for item in args.finished if "=" not in item]:
+        parser.error(f"--finished: {', '.join(malformed)} is not NAME=RUN (base=runs/multi30k_en_de)")
+    finished = dict(item.split("=", 1) for item in args.finished)
+    if not names and not finished:
+        parser.error("--variants names none and there is no --finished: nothing to train or summarise")
+    if twice := [n for n in names if n in finished]:
+        parser.error(f"--variants/--finished: {', '.join(twice)} is both to train and already finished")
     if unknown := [n for n in [*names, *finished] if n not in VARIANTS]:
         parser.error(f"--variants/--finished: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
     if missing := [

@@ -324,7 +324,7 @@ def ablation() -> list[Row]:
 def ablation_choices() -> list[Row]:
     """Averaging and alpha in each ablate_multi30k variant: validation BLEU (greedy, the run's sample) of
     the last checkpoint and of the best average of the decayed tail, and BLEU (beam 4, whole split) of
-    the final model at each length penalty of the grid. [i]: the ablation table's note on the run."""
+    the final model at each length penalty of the grid. [n]: the ablation table's note on the run."""
     found = results_files("ablate_multi30k")
     alphas = sorted(
         {

@@ -371,8 +371,9 @@ def test_bench_decode_change_compares_two_revisions(tmp_path):
 def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_one(tmp_path):
     """A variant trained at smoke sizes records its steps and the choice its end made on validation, and
     says where its run folder is kept; that folder given back as `--finished base=RUN` gives the same
-    figures without training again, named for the run it came from; a folder without checkpoints is
-    refused in one line."""
+    figures without training again, named for the run it came from; a folder without checkpoints, nothing
+    to do, a name both to train and finished, or a --finished without NAME= is refused in one line, with
+    nothing written."""
     import subprocess
 
     def ablate(out: str, *args: str) -> subprocess.CompletedProcess:
@@ -401,6 +402,14 @@ def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_on
     refused = ablate("refused", "--variants", "", "--finished", f"base={tmp_path / 'trained'}")
     assert refused.returncode == 2
     assert "is not a finished run folder" in refused.stderr.strip().splitlines()[-1]
+    for args, message in [
+        (("--variants", ""), "nothing to train or summarise"),
+        (("--variants", "base", "--finished", f"base={run}"), "is both to train and already finished"),
+        (("--variants", "", "--finished", str(run)), "is not NAME=RUN"),
+    ]:
+        refused = ablate("refused", *args)
+        assert refused.returncode == 2 and message in refused.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "refused").exists()
 
 
 def test_ablate_decoding_scores_each_beam_at_each_alpha(tmp_path):
