@@ -82,6 +82,13 @@ VARIANTS: dict[str, tuple[str, dict]] = {
             "model.activation_dropout": 0.1,
         },
     ),
+    # For the CPU recipe where it trains in fp32 (half the steps of bf16): twice the updates for the same
+    # tokens; at each token count the learning rate is 1/sqrt(2) of the 4,096-token run's (Noam's decay
+    # with the warmup doubled in steps: the square-root rule for half the batch).
+    "batch-2048": (
+        "2,048-token batches, 1,000 warmup steps (peak 7.9e-4; per token seen, 1/sqrt(2) of the recipe's rate)",
+        {"max_tokens": 2048, "warmup_steps": 1000},
+    ),
 }
 
 
