@@ -111,7 +111,9 @@ def summary(run: Path) -> dict:
     choice = next((r for r in reversed(records) if "length_penalty_bleu" in r), {})
     selection = next((r["selection"] for r in reversed(records) if "selection" in r), {})
     bleu_by_alpha = choice.get("length_penalty_bleu", {})
+    precision = next((r["precision"] for r in records if "precision" in r), None)
     return {
+        "precision": {"no": "fp32"}.get(precision, precision),
         "steps": state["step"],
         "epochs": state.get("epoch"),
         "train_seconds": state["train_seconds"],

@@ -316,7 +316,9 @@ def ablation() -> list[Row]:
         at_once = f"{f['parallel']} variants at once" if f["parallel"] > 1 else "each variant alone"
         if any("finished_run" in v for v in f["variants"].values()):
             at_once += " (runs trained earlier, read by `--finished`)"
-        note = f"[{i}] `{f['recipe']}`, {at_once}; {_hardware(r)}; commit {r['commit'][:7]}  "
+        precisions = sorted({v["precision"] for v in f["variants"].values() if v.get("precision")})
+        hardware = ", ".join([_hardware(r), *precisions])
+        note = f"[{i}] `{f['recipe']}`, {at_once}; {hardware}; commit {r['commit'][:7]}  "
         rows.append(Row(note, path))
     return rows
 
