@@ -86,7 +86,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     # tokens; at each token count the learning rate is 1/sqrt(2) of the 4,096-token run's (Noam's decay
     # with the warmup doubled in steps: the square-root rule for half the batch).
     "batch-2048": (
-        "2,048-token batches, 1,000 warmup steps (peak 7.9e-4; per token seen, 1/sqrt(2) of the recipe's rate)",
+        "2,048-token batches, 1,000 warmup steps (peak 7.9e-4)",
         {"max_tokens": 2048, "warmup_steps": 1000},
     ),
 }
