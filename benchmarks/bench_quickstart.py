@@ -6,10 +6,11 @@ held-out sentences scored again from the files it wrote.
     python benchmarks/bench_quickstart.py --busy-cores 1   # with one core kept busy throughout
     python benchmarks/bench_quickstart.py --steps 20       # a smoke run
 
-Writes `benchmarks/results/quickstart.<machine>.json` (or `--results FILE`): sacreBLEU with its
-signature, the seconds of the command, the training steps, whether the time cap stopped them, the
-final model chosen (`training/selection.py`) and the precision the run chose. `--busy-cores N` runs N
-processes that spin for the whole command (a loaded machine), and ends them after.
+Writes `benchmarks/results/quickstart.<machine>.json` (`quickstart.<machine>.one-core-busy.json` with
+`--busy-cores 1`, beside the idle run's; or `--results FILE`): sacreBLEU with its signature, the seconds
+of the command, the training steps, whether the time cap stopped them, the final model chosen
+(`training/selection.py`) and the precision the run chose. `--busy-cores N` runs N processes that spin
+for the whole command (a loaded machine), and ends them after.
 """
 
 from __future__ import annotations
@@ -98,7 +99,12 @@ def main() -> None:
         seconds, stdout = run(options, folder)
         found = figures(folder, seconds, stdout)
     found["busy_cores"] = args.busy_cores
-    path = recorder.write(found, args.results)
+    target = args.results
+    if target is None and args.busy_cores:  # beside the idle run's file, never over it
+        busy_name = "one-core-busy" if args.busy_cores == 1 else f"{args.busy_cores}-cores-busy"
+        idle = results.default_path("quickstart", results.machine())
+        target = idle.with_name(f"{idle.stem}.{busy_name}.json")
+    path = recorder.write(found, target)
     print(json.dumps(found, indent=2))
     print(f"wrote {path}")
 
