@@ -59,3 +59,15 @@ def loads(text: str) -> Any:
 def compose(text: str) -> yaml.Node | None:
     """The node tree of a YAML text (for the lines of its keys)."""
     return yaml.compose(text, Loader=Loader)
+
+
+def leaves(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of every leaf of a nested mapping (lists are values), as `--set` names them:
+    `{"model": {"dropout": 0.3}}` -> `{"model.dropout": 0.3}`."""
+    found: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            found.update(leaves(value, f"{prefix}{key}."))
+        else:
+            found[f"{prefix}{key}"] = value
+    return found

@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from aiayn_cli import yaml_text
 from benchmarks.gpu_check import SMOKE_MULTI30K, _smoke_multi30k, install
 from benchmarks.local_data import MULTI30K
 from benchmarks.results import Recorder, source_of
@@ -104,8 +105,25 @@ def train_command(base: Path, data: Path, folder: Path, overrides: dict, smoke: 
     return command
 
 
+# Keys of a run's recipe that say where it read and wrote, not what it trained: left out of `trained_with`.
+LOCAL_KEYS = {"data.data_dir", "data.cache_dir", "tokenizer", "output_dir"}
+
+
+def trained_with(run: Path, precision: str | None) -> dict:
+    """The settings a run trained with, from its own recipe.yaml in its precision (`when_fp32`'s keys put
+    in where that was fp32, as `TrainRecipe.in_precision` does): dotted key -> value, the keys left unset
+    (the preset's) and local paths left out. A summary made after the recipe changed still says what
+    this run was. (PyYAML only: the GPU machine's Python has no pydantic.)"""
+    recipe = yaml_text.loads((run / "recipe.yaml").read_text(encoding="utf-8"))
+    settings = yaml_text.leaves({key: value for key, value in recipe.items() if key != "when_fp32"})
+    if precision == "no":
+        settings.update(yaml_text.leaves(recipe.get("when_fp32") or {}))
+    return {key: value for key, value in settings.items() if value is not None and key not in LOCAL_KEYS}
+
+
 def summary(run: Path) -> dict:
-    """What a finished run recorded: steps, speed, the validation curve, the final choice and its BLEU."""
+    """What a finished run recorded: steps, speed, the validation curve, the final choice and its BLEU,
+    and the settings it trained with."""
     state = json.loads(max(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: p.stat().st_mtime).read_text())
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     choice = next((r for r in reversed(records) if "length_penalty_bleu" in r), {})
@@ -114,6 +132,7 @@ def summary(run: Path) -> dict:
     precision = next((r["precision"] for r in records if "precision" in r), None)
     return {
         "precision": {"no": "fp32"}.get(precision, precision),
+        "trained_with": trained_with(run, precision),
         "steps": state["step"],
         "epochs": state.get("epoch"),
         "train_seconds": state["train_seconds"],

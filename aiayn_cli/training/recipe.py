@@ -295,8 +295,8 @@ class TrainRecipe:
         """What `in_precision(precision)` replaces, as 'key old -> new'."""
         if precision != "no" or not self.when_fp32:
             return []
-        old, changes = _leaves(self.to_dict()), []
-        for key, value in _leaves(self.when_fp32).items():
+        old, changes = yaml_text.leaves(self.to_dict()), []
+        for key, value in yaml_text.leaves(self.when_fp32).items():
             if old.get(key) != value:
                 changes.append(f"{key} {old.get(key)!r} -> {value!r}")
         return changes
@@ -413,21 +413,10 @@ def _drop_replaced_source(raw: dict[str, Any], overrides: dict[str, Any]) -> Non
 _BEFORE_PRECISION = frozenset({"mixed_precision", "when_fp32", "output_dir", "trackers"})
 
 
-def _leaves(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> value of every leaf of a nested mapping (lists are values)."""
-    leaves: dict[str, Any] = {}
-    for key, value in mapping.items():
-        if isinstance(value, dict) and value:
-            leaves.update(_leaves(value, f"{prefix}{key}."))
-        else:
-            leaves[f"{prefix}{key}"] = value
-    return leaves
-
-
 def _with_when_fp32(recipe: TrainRecipe) -> dict[str, Any]:
     """The recipe's plain data with the keys of its `when_fp32` put in."""
     raw = recipe.to_dict()
-    for key, value in _leaves(recipe.when_fp32 or {}).items():
+    for key, value in yaml_text.leaves(recipe.when_fp32 or {}).items():
         _set_dotted(raw, key, value, "when_fp32")
     return raw
 
@@ -436,7 +425,7 @@ def _check_when_fp32(recipe: TrainRecipe, where: dict[str, str], source: str, fl
     """Check `when_fp32` as the recipe it makes (every key known, typed, in range; the lines named are
     its own), and drop the keys a flag sets: flags win."""
     kept: dict[str, Any] = {}
-    for key, value in _leaves(recipe.when_fp32).items():
+    for key, value in yaml_text.leaves(recipe.when_fp32).items():
         if key.split(".")[0] in _BEFORE_PRECISION:
             raise AiaynError(
                 f"{where.get('when_fp32.' + key, source)}: 'when_fp32.{key}' cannot depend on the precision "
@@ -446,7 +435,7 @@ def _check_when_fp32(recipe: TrainRecipe, where: dict[str, str], source: str, fl
             _set_dotted(kept, key, value, source)
     recipe = dataclasses.replace(recipe, when_fp32=kept or None)
     raw = _with_when_fp32(recipe)
-    fp32_where = {**where, **{key: where.get(f"when_fp32.{key}", source) for key in _leaves(kept)}}
+    fp32_where = {**where, **{key: where.get(f"when_fp32.{key}", source) for key in yaml_text.leaves(kept)}}
     try:
         fp32 = _VALIDATOR.validate_python(raw)
     except ValidationError as err:
@@ -573,7 +562,7 @@ def _check_values(recipe: TrainRecipe, where: dict[str, str], source: str) -> No
         raise AiaynError(f"{where.get('data', source)}: data: {named}") from None
     if recipe.max_steps is None and recipe.max_epochs is None and recipe.max_time is None:
         raise AiaynError(f"{source}: set at least one of max_steps, max_epochs, max_time")
-    for key, value in _leaves(dataclasses.asdict(recipe)).items():  # the run saves its recipe as UTF-8 YAML
+    for key, value in yaml_text.leaves(dataclasses.asdict(recipe)).items():  # the run saves its recipe as UTF-8 YAML
         if isinstance(value, str) and any("\udc80" <= ch <= "\udcff" for ch in value):
             shown = ascii(value.encode("utf-8", "surrogateescape"))[2:-1]
             fail(key, f"holds a byte that is not UTF-8 ({shown}); the recipe saved with the run is UTF-8 text")

@@ -369,11 +369,11 @@ def test_bench_decode_change_compares_two_revisions(tmp_path):
 
 @pytest.mark.slow  # one variant trained at smoke sizes by `aiayn train` in a subprocess
 def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_one(tmp_path):
-    """A variant trained at smoke sizes records its steps and the choice its end made on validation, and
-    says where its run folder is kept; that folder given back as `--finished base=RUN` gives the same
-    figures without training again, named for the run it came from; a folder without checkpoints, nothing
-    to do, a name both to train and finished, or a --finished without NAME= is refused in one line, with
-    nothing written."""
+    """A variant trained at smoke sizes records its steps, the choice its end made on validation and the
+    settings it trained with (its override, not the recipe's value), and says where its run folder is
+    kept; that folder given back as `--finished base=RUN` gives the same figures without training again,
+    named for the run it came from; a folder without checkpoints, nothing to do, a name both to train and
+    finished, or a --finished without NAME= is refused in one line, with nothing written."""
     import subprocess
 
     def ablate(out: str, *args: str) -> subprocess.CompletedProcess:
@@ -390,6 +390,9 @@ def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_on
     variant = variants("trained")["dropout-0.1"]
     assert variant["exit_code"] == 0 and variant["steps"] == 12 and variant["valid_bleu"] is not None
     assert variant["chosen"] and variant["length_penalty"] in (0.6, 1.0)
+    settings = variant["trained_with"]
+    assert settings["model.dropout"] == 0.1 and settings["max_tokens"] == 512 and settings["max_steps"] == 12
+    assert "output_dir" not in settings and not any(key.startswith("when_fp32") for key in settings)
     (said,) = [line for line in trained.stdout.splitlines() if line.startswith("run folders: ")]
     run = Path(said.removeprefix("run folders: ").replace("NAME", "dropout-0.1"))
     assert run.parent.parent.parent == tmp_path and (run / "averaged").is_dir()
@@ -398,6 +401,7 @@ def test_ablate_multi30k_summarises_a_finished_run_as_it_summarises_a_trained_on
     base = variants("summarised")["base"]
     assert base["change"] == "the recipe as shipped" and base["finished_run"] == str(run)
     figures = ("steps", "train_seconds", "valid", "chosen", "candidates", "length_penalty", "valid_bleu")
+    figures += ("trained_with",)
     assert {k: base[k] for k in figures} == {k: variant[k] for k in figures}
     refused = ablate("refused", "--variants", "", "--finished", f"base={tmp_path / 'trained'}")
     assert refused.returncode == 2
