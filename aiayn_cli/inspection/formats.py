@@ -127,8 +127,34 @@ def bertviz_inputs(ex: Explanation) -> dict:
 MAX_PICTURE_PIXELS = 100_000_000
 
 
+def _figure_inches(v: View) -> tuple[float, float]:
+    """The heatmap grid's width and height in inches."""
+    layers, heads, rows, cols = v.weights.shape
+    cell = 0.22 if layers == heads == 1 else 0.13  # inches per token: 40 tokens stay legible at 6 x 8 heads
+    panel_w, panel_h = max(2.0, cell * cols + 0.3), max(1.6, cell * rows + 0.3)
+    label_w = 0.07 * max(len(t) for t in v.rows + [" "]) + 0.8  # the row labels, left of the first column
+    label_h = 0.07 * max(len(t) for t in v.columns + [" "]) + 0.8  # the column labels, under the last row
+    return label_w + heads * (panel_w + 0.1) + 1.2, label_h + layers * (panel_h + 0.3) + 0.8
+
+
+def check_picture_size(v: View, path: Path) -> None:
+    """Refuse, in one line naming `path`, a heatmap grid too large to draw (matplotlib would take
+    gigabytes) or to look at; `heatmap_grid` checks it too, and a report checks every picture before it
+    writes anything."""
+    fig_w, fig_h = _figure_inches(v)
+    if fig_w * fig_h * 100**2 > MAX_PICTURE_PIXELS:
+        layers, heads, rows, cols = v.weights.shape
+        raise AiaynError(
+            f"{path.name}: {layers} x {heads} heatmaps of {rows} x {cols} tokens make a picture of "
+            f"{fig_w * 100:,.0f} x {fig_h * 100:,.0f} pixels, too large to draw or look at: choose a {{layer}} "
+            "and a {head}, a shorter sentence, or {formats} json or html",
+            mentions=("layer", "head", "formats"),
+        )
+
+
 def heatmap_grid(v: View, title: str, path: Path) -> None:
     """A grid of heatmaps (layers down, heads across) with the tokens as tick labels, saved as PNG."""
+    check_picture_size(v, path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,18 +162,7 @@ def heatmap_grid(v: View, title: str, path: Path) -> None:
 
     layers, heads, rows, cols = v.weights.shape
     single = layers == 1 and heads == 1
-    cell = 0.22 if single else 0.13  # inches per token: 40 tokens stay legible at 6 x 8 heads
-    panel_w, panel_h = max(2.0, cell * cols + 0.3), max(1.6, cell * rows + 0.3)
-    label_w = 0.07 * max(len(t) for t in v.rows + [" "]) + 0.8  # the row labels, left of the first column
-    label_h = 0.07 * max(len(t) for t in v.columns + [" "]) + 0.8  # the column labels, under the last row
-    fig_w, fig_h = label_w + heads * (panel_w + 0.1) + 1.2, label_h + layers * (panel_h + 0.3) + 0.8
-    if fig_w * fig_h * 100**2 > MAX_PICTURE_PIXELS:  # matplotlib would take gigabytes to draw it
-        raise AiaynError(
-            f"{path.name}: {layers} x {heads} heatmaps of {rows} x {cols} tokens make a picture of "
-            f"{fig_w * 100:,.0f} x {fig_h * 100:,.0f} pixels, too large to draw or look at: choose a {{layer}} "
-            "and a {head}, a shorter sentence, or {formats} json or html",
-            mentions=("layer", "head", "formats"),
-        )
+    fig_w, fig_h = _figure_inches(v)
     fig, axes = plt.subplots(layers, heads, figsize=(fig_w, fig_h), squeeze=False, dpi=100, layout="constrained")
     font = 9 if single else 7
     for li in range(layers):
@@ -178,4 +193,4 @@ AXES = {
     "cross": ("target token being predicted", "source token"),
 }
 
-__all__ = ["bertviz_inputs", "heatmap_grid", "sentence_header", "text_table", "to_json"]
+__all__ = ["bertviz_inputs", "check_picture_size", "heatmap_grid", "sentence_header", "text_table", "to_json"]

@@ -20,7 +20,7 @@ from ..precision import DEFAULT_INFERENCE_PRECISION
 from .alignment import align, format_alignment
 from .explorer import explorer_html
 from .extract import KINDS, Explanation, explain
-from .formats import heatmap_grid, sentence_header, text_table, to_json
+from .formats import check_picture_size, heatmap_grid, sentence_header, text_table, to_json
 from .views import check_layer_head, view
 
 FORMATS = ("png", "html", "text", "json", "align")
@@ -65,6 +65,10 @@ def attention_report(request: AttentionRequest) -> tuple[list[Path], str]:
     for ex in explanations[:1]:  # the same model for all: check the ranges once, before writing
         for kind in request.kinds:
             check_layer_head(ex, kind, request.layer, request.head)
+    if "png" in request.formats and request.output is not None:  # every picture can be drawn, before any file
+        for number, ex in enumerate(explanations, 1):
+            for kind in request.kinds:
+                check_picture_size(view(ex, kind, **_narrowing(request)), Path(_png_name(number, kind)))
     texts = {}
     if "text" in request.formats:
         texts[FILE_NAMES["text"]] = _text(explanations, request)
@@ -124,8 +128,12 @@ def _file_names(request: AttentionRequest, sentences: int) -> list[str]:
     """The files `_write` makes for these formats and sentences."""
     names = [name for fmt, name in FILE_NAMES.items() if fmt in request.formats]
     if "png" in request.formats:
-        names += [f"sentence{n}_{kind}.png" for n in range(1, sentences + 1) for kind in request.kinds]
+        names += [_png_name(n, kind) for n in range(1, sentences + 1) for kind in request.kinds]
     return names
+
+
+def _png_name(number: int, kind: str) -> str:
+    return f"sentence{number}_{kind}.png"
 
 
 def _text(explanations: list[Explanation], request: AttentionRequest) -> str:
@@ -183,7 +191,7 @@ def _write(explanations: list[Explanation], request: AttentionRequest, texts: di
                 for kind in request.kinds:
                     v = view(ex, kind, **_narrowing(request))
                     title = f"{v.title}: sentence {number}, '{_short(ex.source)}'"
-                    heatmap_grid(v, title, tmp / f"sentence{number}_{kind}.png")
+                    heatmap_grid(v, title, tmp / _png_name(number, kind))
         names = sorted(p.name for p in tmp.iterdir())
     return [Path(request.output) / name for name in names]
 

@@ -149,20 +149,33 @@ def test_bench_decode_split_leaves_a_batch_split_over_threads_unprofiled(tmp_pat
         ),
     ],
 )
-def test_bench_decode_refuses_bad_options_in_one_line(options, message):
+def test_bench_decode_refuses_bad_options_in_one_line(options, message, capsys, monkeypatch):
     """Each mode takes the shared options with its own limits and its own options only, and says what is
-    wrong in one line, before anything is built or measured."""
+    wrong in one line, before anything is built or measured (its `main`, in this process: the command's
+    own exit is the test below)."""
+    from benchmarks import bench_decode
+
+    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / "bench_decode.py")])  # argparse's program name
+    with pytest.raises(SystemExit) as exited:
+        bench_decode.main(list(options))
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and out == ""
+    assert err.splitlines()[-1].startswith(f"bench_decode.py: error: {message}")
+
+
+def test_bench_decode_as_a_command_refuses_bad_options_in_one_line():
+    """The command itself: exit 2, nothing on stdout, the one line last on stderr."""
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_decode.py"), *options],
+        [sys.executable, str(BENCHMARKS / "bench_decode.py"), "--mode", "split", "--batch", "0"],
         capture_output=True,
         text=True,
         timeout=300,
         env=cli_env(),
     )
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.splitlines()[-1].startswith(f"bench_decode.py: error: {message}")
+    assert result.stderr.splitlines()[-1] == "bench_decode.py: error: --batch must be >= 1, got 0"
 
 
 @pytest.mark.slow  # compiles the decoder's step once

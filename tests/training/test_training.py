@@ -313,18 +313,25 @@ def test_the_recipes_attention_kernels_hold_while_the_run_trains_and_are_restore
     assert {name: flag() for name, flag in flags.items()} == before
 
 
-def test_gradient_checkpointing_trains_the_same_weights(task, tmp_path):
+def test_gradient_checkpointing_trains_the_same_weights(task, tmp_path, monkeypatch):
     # the recipe key recomputes each layer in the backward pass: same dropout masks, same weights (fp32,
-    # to float rounding: the recomputed forward sums in the same order)
+    # to float rounding: the recomputed forward sums in the same order); trained in this process, as the
+    # command trains (the command's --set is every key's, tested with the recipes)
+    from aiayn_cli.training import trainer
+    from aiayn_cli.training.recipe import load_recipe
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(task["root"] / "cache"))
     runs = {}
-    for flag in ("false", "true"):
-        out = tmp_path / flag
-        quick = [x for key in ("valid_split=null", "best_metric=loss", "average_last=null") for x in ("--set", key)]
-        args = train_args(task, out, "--max-steps", "3", *quick, "--set", f"gradient_checkpointing={flag}")
-        result = run_cli(*args, env=task["env"])
-        assert result.returncode == 0, result.stderr
+    for flag in (False, True):
+        out = tmp_path / str(flag)
+        overrides = {
+            **{"data.data_dir": str(task["data"]), "data.dataset": None, "tokenizer": str(task["tokenizer"])},
+            **{"output_dir": str(out), "max_steps": 3, "valid_split": None, "best_metric": "loss"},
+            **{"average_last": None, "mixed_precision": "no", "trackers": [], "gradient_checkpointing": flag},
+        }
+        trainer.train(load_recipe(TINY, overrides), show_progress=False)
         runs[flag] = weights(out / "checkpoint-3")
-    assert max_difference(runs["false"], runs["true"]) < 1e-5
+    assert max_difference(runs[False], runs[True]) < 1e-5
 
 
 def test_the_resident_memory_is_checked_after_every_step(task, tmp_path, monkeypatch):
