@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 quickstart: install            ## generate a corpus, train, average, translate, evaluate (about 3 minutes)
 	$(BIN)/aiayn quickstart --overwrite
 
-test: install lint             ## lint, then the default test tier (about 4 minutes on 2 cores)
+test: install lint             ## lint, then the default test tier (about 3 minutes on 2 cores, one worker a core)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
 test-slow: install             ## the slow tier: training in subprocesses, two processes, learning targets

@@ -242,7 +242,9 @@ def part_tests(check: Check, limit: float, files: tuple[str, ...] = GPU_TESTS) -
     """`pytest -m gpu`, verbose: each test's outcome is a line of the log as it ends, so that a run killed
     at its limit still reports which tests passed, failed, and which was running."""
     report = check.work / "gpu-tests.xml"
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "--junitxml", report]
+    # addopts without its `-n auto`: the bundle brings pytest, not pytest-xdist, and one process runs them
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=--import-mode=importlib", "-m", "gpu", "-v"]
+    command += ["-p", "no:cacheprovider", "--junitxml", report]
     code, output = check.run([*command, *files], limit)
     counts = _junit_counts(report) if code != -9 else {}
     summary = output.strip().splitlines()[-1] if output.strip() else ""

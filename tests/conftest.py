@@ -64,6 +64,21 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+DEFAULT_TIER = "not slow and not long and not gpu"  # addopts' -m
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: where it is not installed (the GPU bundle), unused
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (addopts): the default tier on one worker a core, at most 4 (each holds torch and a few
+    models); every other run in this one process: the slow and long tiers train (they time their runs
+    and print as they go, `-s`), the GPU tests share one device, and a marker chosen by hand runs as
+    it always did."""
+    if config.getoption("markexpr") != DEFAULT_TIER or config.getoption("capture") == "no":
+        config.option.dist = "no"  # addopts' --dist: no workers, nothing to distribute
+        return 0
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 def pytest_runtest_setup(item):
     """`@pytest.mark.gpu` tests (`python -m pytest -m gpu`) skip where there is no CUDA device, all
     with the one reason line below."""
@@ -82,6 +97,11 @@ collect_ignore = ["transformers_common"]
 
 
 def pytest_configure(config):
+    # In a worker of `-n`: PyTorch's threads split the cores among the workers, so that two workers'
+    # thread pools do not wait for each other's cores.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
     for marker in (
         "accelerate_tests",
         "flash_attn_test",
