@@ -200,8 +200,9 @@ class TrainRecipe:
     """Run the model through `torch.compile`."""
     gradient_checkpointing: StrictBool = False
     """Keep only each layer's input in the forward pass and recompute the layer in the backward pass
-    (`model.gradient_checkpointing_enable()`): about a third more compute for much less activation
-    memory (`big` on a 16-24 GB GPU); the same dropout masks, the same weights to rounding."""
+    (`model.activation_checkpointing_enable()`, formerly `gradient_checkpointing_enable`): about a third
+    more compute for much less activation memory (`big` on a 16-24 GB GPU); the same dropout masks, the
+    same weights to rounding."""
     compile_loss: StrictBool = True
     """Run the loss's two passes over the (B, T, V) scores through `torch.compile` (one fused loop each;
     the same numbers to rounding); eagerly, with a warning, where there is no C++ compiler."""

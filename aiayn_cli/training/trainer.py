@@ -207,7 +207,9 @@ def _train(
     random.seed(recipe.seed)
     model = AiaynForConditionalGeneration(config)
     if recipe.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers' newer name (the old one warns), the old one where a 5.x release has not got it
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
     data = load_data(recipe, tokenizer, accelerator, show_progress)
     state = TrainState(
         num_processes=accelerator.num_processes,

@@ -645,8 +645,9 @@ def test_flex_attention_gives_eager_beams():
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():
-    """`gradient_checkpointing_enable()`: the layers' activations recomputed in backward, dropout included (the
-    random state is replayed), so the gradients equal those without checkpointing (fp32, to 1e-6)."""
+    """`activation_checkpointing_enable()` (formerly `gradient_checkpointing_enable()`): the layers'
+    activations recomputed in backward, dropout included (the random state is replayed), so the gradients
+    equal those without checkpointing (fp32, to 1e-6)."""
     torch.manual_seed(0)
     model = tiny_model(dropout=0.1).train()
     ids, mask = random_batch([7, 4, 6])
@@ -654,7 +655,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     grads = []
     for enable in (False, True):
         if enable:
-            model.gradient_checkpointing_enable()
+            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         model.zero_grad()
         torch.manual_seed(1)
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
