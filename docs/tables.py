@@ -83,10 +83,11 @@ def quality() -> list[Row]:
                      f["signature"], r["command"]))  # fmt: skip
     for path, r in results_files("multi30k_en_de"):
         f = r["figures"]
+        seed = f", seed {f['seed']}" if "seed" in f else ""  # recorded since the second seed's hour
         runs.append((path, "Multi30k en->de, test2016 (`multi30k_en_de`)", f["sacrebleu"],
-                     f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']})",
+                     f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']}{seed})",
                      f"{f['wall_minutes']:.0f} min", _hardware(r), f["signature"],
-                     f"aiayn train multi30k_en_de` at commit `{r['commit'][:7]}"))  # fmt: skip
+                     f"aiayn train multi30k_en_de{seed.replace(', seed', ' --seed')}` at commit `{r['commit'][:7]}"))  # fmt: skip
     for path, r in results_files("gpu_check"):
         run = r["figures"].get("parts", {}).get("multi30k", {})
         if not (run.get("ok") and "test2016" in run):
