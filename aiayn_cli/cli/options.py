@@ -465,7 +465,9 @@ def with_data_options(
         def run(**kwargs: Any) -> Any:
             values = {name: kwargs.pop(name) for name in chosen}
             if need == "recipe":
-                return command(**kwargs, data={name: value for name, value in values.items() if value is not None})
+                given = {name: value for name, value in values.items() if value is not None}
+                refuse_given_streams(given)
+                return command(**kwargs, data=given)
             if need == "optional" and not any(values.get(name) is not None for name in DATA_SOURCES):
                 return command(**kwargs, data=None)
             if kwargs.get("model"):
@@ -482,6 +484,16 @@ def with_data_options(
         return run
 
     return wrap
+
+
+def refuse_given_streams(data: dict[str, Any]) -> None:
+    """A device or a pipe given as a data file (`--target-file /dev/full`) is refused as reading the data
+    would refuse it (`text_files.refuse_streams`), but before the recipe loads torch and transformers:
+    at once, not seconds later. A path with `{split}` is checked when its split is read."""
+    from ..data.text_files import refuse_streams
+
+    named = [data[name] for name in ("source_file", "target_file", "data_file") if name in data]
+    refuse_streams([Path(str(path)) for path in named if "{split}" not in str(path)])
 
 
 def data_spec(**fields: Any) -> DataSpec:

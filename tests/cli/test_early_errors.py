@@ -28,6 +28,8 @@ CASES = [
     (["train", "{missing}.yaml"], "no such recipe file or shipped recipe"),
     (["train", "no_such_recipe"], "no such recipe file or shipped recipe"),
     (["prepare", "no_such_recipe"], "no such recipe file or shipped recipe"),
+    (["prepare", "tiny", "--source-file", "{folder}/x", "--target-file", "/dev/null"], "/dev/null: is a character"),
+    (["train", "tiny", "--data-file", "/dev/null", "-o", "{folder}/run"], "/dev/null: is a character device"),
     (["average", "{missing}", "{folder}", "-o", "{folder}/avg"], "{missing}: not a checkpoint folder"),
     (["average", "--last", "2", "{missing}", "-o", "{folder}/avg"], "{missing}: no such run folder"),
     (["export", "-m", "{missing}", "-o", "{folder}/ct2"], "no such model folder"),
