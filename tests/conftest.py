@@ -70,13 +70,15 @@ DEFAULT_TIER = "not slow and not long and not gpu"  # addopts' -m
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: where it is not installed (the GPU bundle), unused
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (addopts): the default tier on one worker a core, at most 4 (each holds torch and a few
-    models); every other run in this one process: the slow and long tiers train (they time their runs
-    and print as they go, `-s`), the GPU tests share one device, and a marker chosen by hand runs as
-    it always did."""
-    if config.getoption("markexpr") != DEFAULT_TIER or config.getoption("capture") == "no":
+    models); the slow tier (`-m slow`) on two at most, as its training runs start processes and
+    threads of their own; every other run in this one process: the long tier trains for an hour alone,
+    the GPU tests share one device, a run that prints as it goes (`-s`) prints in order, and a marker
+    chosen by hand runs as it always did."""
+    workers = {DEFAULT_TIER: 4, "slow": 2}.get(config.getoption("markexpr"), 0)
+    if workers == 0 or config.getoption("capture") == "no":
         config.option.dist = "no"  # addopts' --dist: no workers, nothing to distribute
         return 0
-    return max(1, min(os.cpu_count() or 1, 4))
+    return max(1, min(os.cpu_count() or 1, workers))
 
 
 def pytest_runtest_setup(item):
