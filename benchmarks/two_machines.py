@@ -71,10 +71,18 @@ def training_process(launcher: subprocess.Popen, timeout: float = 120):
 
 
 def stop_one_in_the_middle(
-    arguments: list[str], env: dict, output: Path, when: str, how: int, steps: int, per_machine_env=({}, {})
+    arguments: list[str],
+    env: dict,
+    output: Path,
+    when: str,
+    how: int,
+    steps: int,
+    per_machine_env=({}, {}),
+    delay: float = 0.0,
 ) -> dict:
-    """Launch two machines; once `output/when` exists, send signal `how` to machine 1's process. The
-    survivor's exit code, stderr and the seconds from the signal to the end of its launcher."""
+    """Launch two machines; `delay` seconds after `output/when` exists, send signal `how` to machine 1's
+    process. The survivor's exit code, stderr and the seconds from the signal to the end of its
+    launcher; the signalled machine's exit code and stderr."""
     for _attempt in range(3):  # the signal must land before the run ends
         launchers = launch_two_machines(arguments, env, per_machine_env)
         victim = training_process(launchers[1])
@@ -86,6 +94,7 @@ def stop_one_in_the_middle(
         shutil.rmtree(output, ignore_errors=True)
     else:
         raise RuntimeError("could not stop a process in the middle of the run")
+    time.sleep(delay)
     os.kill(victim.pid, how)
     sent = time.monotonic()
     try:
@@ -95,4 +104,10 @@ def stop_one_in_the_middle(
         if victim.is_running():
             victim.kill()
         results = finish(launchers)
-    return {"code": results[0][0], "stderr": results[0][2], "seconds": seconds}
+    return {
+        "code": results[0][0],
+        "stderr": results[0][2],
+        "seconds": seconds,
+        "signalled_code": results[1][0],
+        "signalled_stderr": results[1][2],
+    }

@@ -204,8 +204,13 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
     if stopped_by:
         return LoopEnd(stopped_by)  # a resumed run that had already finished
     guard = NonFiniteGuard(ctx.accelerator, ctx.optimizer, kept=lambda: last_good_checkpoint(ctx.output))
+    # One process reads the signal after each step, several in the step's agreement before it (so they
+    # stop together): what `poll` is given is the step a signal coming after that read stops at.
+    alone = ctx.accelerator.num_processes == 1
     signals = StopSignals(
-        step=lambda: state.step + 1, on_abort=lambda: remove_partial_checkpoint(ctx), kept=lambda: kept_checkpoint(ctx)
+        stops_at=state.step + 1,
+        on_abort=lambda: remove_partial_checkpoint(ctx),
+        kept=lambda: kept_checkpoint(ctx),
     )
     bar = tqdm(
         total=total_steps(ctx),
@@ -222,7 +227,7 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
         with signals:
             for group, epoch_done in global_batches(ctx):
                 # 4a. What every process agrees on before the update: token counts, the main clock's events, signals.
-                agreed = agree(ctx, group, clock, signals.received is not None)
+                agreed = agree(ctx, group, clock, False if alone else signals.poll(state.step + 2))
                 # 4b. The update (forward, backward, guard, clip, Adam, schedule): the host never waits for the device.
                 losses, lr = train_step(ctx, group, agreed, guard)
                 # 4c. The state moves on.
@@ -240,9 +245,7 @@ def train_loop(ctx: RunContext, show_progress: bool) -> LoopEnd:
                     log_train(ctx, clock, guard, window, lr, bar, memory)
                     window = Window()
                 # 5b. Stop? Validate? Save? (A signal: save at once, no validation.)
-                signalled = agreed.signalled > 0 or (
-                    ctx.accelerator.num_processes == 1 and signals.received is not None
-                )
+                signalled = signals.poll(state.step + 1) if alone else agreed.signalled > 0
                 stopped_by = after_step(ctx, clock, guard, bar, agreed, epoch_done, signalled, memory)
                 if stopped_by:
                     break

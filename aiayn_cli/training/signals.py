@@ -13,16 +13,25 @@ import threading
 
 class StopSignals:
     """While active (in the main thread), SIGINT and SIGTERM set `received` instead of killing the
-    process; a second one kills it at once with the signal's default action."""
+    process; a second one kills it at once with the signal's default action.
+
+    The loop reads `received` only through `poll`, which also says at which step a signal coming after
+    it will stop the run: the message names that step, whatever line the signal interrupts."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, step=lambda: 0, on_abort=lambda: None, kept=lambda: ""):
+    def __init__(self, stops_at: int = 0, on_abort=lambda: None, kept=lambda: ""):
         self.received: int | None = None
         self.previous: dict = {}
-        self.step = step  # the step being computed, for the message
+        self.stops_at = stops_at  # the step a signal coming now saves and stops at, for the message
         self.on_abort = on_abort  # before the second signal ends the process: remove what is half-written
         self.kept = kept  # then: what is left to resume from, for the message
+
+    def poll(self, then_stops_at: int) -> bool:
+        """Whether a signal has come; one coming after this call stops the run at step `then_stops_at`.
+        One statement without calls: CPython runs a signal's handler before or after it, never inside."""
+        received, self.stops_at = self.received, then_stops_at
+        return received is not None
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -45,7 +54,7 @@ class StopSignals:
             os.kill(os.getpid(), number)
             return
         self.received = number
-        message = f"{name}: finishing step {self.step()}, then saving a checkpoint ({name} again stops at once)"
+        message = f"{name}: finishing step {self.stops_at}, then saving a checkpoint ({name} again stops at once)"
         os.write(2, f"\n{message}\n".encode())
 
 

@@ -12,6 +12,7 @@ are seeded from (seed, step, its index in the global batch), so the runs agree t
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def _stop_one_in_the_middle(task, out: Path, how: signal.Signals, *extra: str):
 
 def _only_whole_checkpoints(out: Path) -> None:
     folders = sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-"))
-    assert folders == [p.name for p in list_checkpoints(out)], folders  # no .tmp, no .old, each complete
+    assert folders == sorted(p.name for p in list_checkpoints(out)), folders  # no .tmp, no .old, each complete
     for line in (out / "metrics.jsonl").read_text().splitlines():
         json.loads(line)  # no torn line
 
@@ -114,5 +115,38 @@ def test_a_killed_process_stops_the_other_and_the_same_commands_resume(task, two
     for code, _, stderr in results:
         assert code == 0, stderr
     assert f"resuming from {out / stopped_at}" in results[0][2]
+    final = f"checkpoint-{STEPS}"
+    assert max_difference(weights(out / final), weights(two_machines / final)) <= 1e-6
+
+
+def test_a_signal_to_one_process_stops_both_at_the_step_it_names_and_resuming_is_exact(task, two_machines, tmp_path):
+    # SIGTERM (a preemption notice) to machine 1's process only: the processes learn of it in the next
+    # step's agreement and stop together after that step, which the signalled process's message names
+    out = tmp_path / "run"
+    stopped = stop_one_in_the_middle(
+        *(
+            train_args(task, out),
+            {**task["env"], "ACCELERATE_USE_CPU": "1"},
+            out,
+            "checkpoint-8",
+            signal.SIGTERM,
+            STEPS,
+        ),
+        delay=0.3,  # into step 9's forward and backward passes, its agreement already made
+    )
+    signalled = stopped["signalled_stderr"]
+    assert stopped["code"] != 0 and stopped["signalled_code"] != 0, (stopped["stderr"], signalled)
+    for stderr in (stopped["stderr"], signalled):  # ours; the launcher's own traceback (ChildFailedError) follows
+        assert "Traceback" not in stderr.split("interrupted:")[0], stderr
+    finishing = int(re.search(r"SIGTERM: finishing step (\d+), then saving a checkpoint", signalled)[1])
+    saved = out / f"checkpoint-{finishing}"
+    for stderr in (stopped["stderr"], signalled):
+        assert f"interrupted: SIGTERM at step {finishing}: saved {saved}; the same command resumes the run" in stderr
+    _only_whole_checkpoints(out)
+    assert list_checkpoints(out)[-1] == saved
+    results = finish(launch(task, out))
+    for code, _, stderr in results:
+        assert code == 0, stderr
+    assert f"resuming from {saved}" in results[0][2]
     final = f"checkpoint-{STEPS}"
     assert max_difference(weights(out / final), weights(two_machines / final)) <= 1e-6

@@ -137,6 +137,30 @@ def test_under_bf16_the_loss_reads_the_bf16_scores_compiled(monkeypatch, capsys,
     assert all(torch.isfinite(t).all() for t in weights(out / "checkpoint-2").values())
 
 
+@pytest.mark.parametrize("after", [2, 3])
+def test_the_step_a_signal_names_is_the_step_it_saves(monkeypatch, capfd, task, tmp_path, after):
+    # SIGTERM lands where the loop's bookkeeping runs after step `after` (its count already moved on,
+    # its stop check not yet made): that step is the one finished and saved, and the message says so
+    import aiayn_cli.training.loop as loop
+
+    calls, real_check = [], loop.KeptMemory.check
+
+    def check(self):
+        calls.append(1)
+        if len(calls) == after:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_check(self)
+
+    monkeypatch.setattr(loop.KeptMemory, "check", check)
+    out = tmp_path / "run"
+    # capfd: the handler writes its line to fd 2 itself
+    code, _, err = run_cli(*_quick_args(task["data"], task["tokenizer"], out, 6), capsys=capfd)
+    assert code == 128 + signal.SIGTERM, err
+    assert f"SIGTERM: finishing step {after}, then saving a checkpoint" in err, err
+    assert f"interrupted: SIGTERM at step {after}: saved {out / f'checkpoint-{after}'};" in err, err
+    assert max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) == after
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_saves_the_step_and_resuming_is_exact(task, tmp_path, uninterrupted, number):
