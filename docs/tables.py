@@ -72,38 +72,67 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {round(seconds % 60):02d} s" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def quality() -> list[Row]:
-    """BLEU of the runs a user can repeat: the quickstart and the Multi30k recipe. The hardware, the
-    sacreBLEU signature and the command stand in numbered notes under the table, which stays narrow."""
-    runs = []  # (results file, run, sacreBLEU, training, end to end, hardware, signature, command)
+def _quality_runs() -> list[dict]:
+    """Each run a user can repeat (the quickstart, the Multi30k recipes), from its results file: its
+    name, sacreBLEU, training, wall time, hardware, signature and command; `budget`, what it was given
+    (the same for every run of a recipe), and `note`, what set this run apart (a seed, a busy core)."""
+    runs = []
     for path, r in results_files("quickstart"):
         f = r["figures"]
-        runs.append((path, f"quickstart: generated en->de, {f['sentences']} held-out sentences", f["sacrebleu"],
-                     f"{f['train_steps']:,} steps ({f['precision']})", _minutes(f["seconds"]), _hardware(r),
-                     f["signature"], r["command"]))  # fmt: skip
+        capped = f" ({f['train_steps']:,} steps: its time cap)" if f.get("time_cap_reached") else ""
+        runs.append({"path": path, "run": f"quickstart: generated en->de, {f['sentences']} held-out sentences",
+                     "bleu": f["sacrebleu"], "training": f"{f['train_steps']:,} steps ({f['precision']})",
+                     "wall": _minutes(f["seconds"]), "hardware": _hardware(r), "signature": f["signature"],
+                     "command": r["command"], "budget": f"at most 1,000 steps ({f['precision']})",
+                     "note": f"with one core busy{capped}" if f.get("busy_cores") else ""})  # fmt: skip
     for path, r in results_files("multi30k_en_de"):
         f = r["figures"]
         seed = f", seed {f['seed']}" if "seed" in f else ""  # recorded since the second seed's hour
-        runs.append((path, "Multi30k en->de, test2016 (`multi30k_en_de`)", f["sacrebleu"],
-                     f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']}{seed})",
-                     f"{f['wall_minutes']:.0f} min", _hardware(r), f["signature"],
-                     f"aiayn train multi30k_en_de{seed.replace(', seed', ' --seed')}` at commit `{r['commit'][:7]}"))  # fmt: skip
+        runs.append({"path": path, "run": "Multi30k en->de, test2016 (`multi30k_en_de`)", "bleu": f["sacrebleu"],
+                     "training": f"{f['train_minutes']:.0f} min, {f['steps']:,} steps ({f['precision']}{seed})",
+                     "wall": f"{f['wall_minutes']:.0f} min", "hardware": _hardware(r), "signature": f["signature"],
+                     "command": f"aiayn train multi30k_en_de{seed.replace(', seed', ' --seed')}` at commit `{r['commit'][:7]}",
+                     "budget": f"{f['train_minutes']:.0f} min ({f['precision']})", "note": f"({seed[2:]})" if seed else ""})  # fmt: skip
     for path, r in results_files("gpu_check"):
         run = r["figures"].get("parts", {}).get("multi30k", {})
         if not (run.get("ok") and "test2016" in run):
             continue
         bleu = run["test2016"]["sacrebleu"]
-        runs.append((path, "Multi30k en->de, test2016 (`multi30k_en_de_gpu`)", bleu["score"],
-                     f"{run['train_seconds'] / 60:.0f} min, {run['steps']:,} steps ({run['precision']})",
-                     _minutes(run["wall_s"]), _hardware(r), bleu["signature"],
-                     f"aiayn train multi30k_en_de_gpu` at commit `{r['commit'][:7]}"))  # fmt: skip
+        runs.append({"path": path, "run": "Multi30k en->de, test2016 (`multi30k_en_de_gpu`)", "bleu": bleu["score"],
+                     "training": f"{run['train_seconds'] / 60:.0f} min, {run['steps']:,} steps ({run['precision']})",
+                     "wall": _minutes(run["wall_s"]), "hardware": _hardware(r), "signature": bleu["signature"],
+                     "command": f"aiayn train multi30k_en_de_gpu` at commit `{r['commit'][:7]}",
+                     "budget": f"{run['train_seconds'] / 60:.0f} min ({run['precision']})", "note": ""})  # fmt: skip
+    return runs
+
+
+def quality() -> list[Row]:
+    """BLEU of the runs a user can repeat, one row each. The hardware, the sacreBLEU signature and the
+    command stand in numbered notes under the table, which stays narrow."""
+    runs = _quality_runs()
     rows = [Row("| run | sacreBLEU | training | end to end | run on |", None), Row("|---|---|---|---|---|", None)]
-    rows += [Row(f"| {run} | {bleu:.2f} | {training} | {wall} | [{i}] |", path)
-             for i, (path, run, bleu, training, wall, *_) in enumerate(runs, 1)]  # fmt: skip
+    rows += [Row(f"| {r['run']} | {r['bleu']:.2f} | {r['training']} | {r['wall']} | [{i}] |", r["path"])
+             for i, r in enumerate(runs, 1)]  # fmt: skip
     if runs:
         rows.append(Row("", None))
-    rows += [Row(f"[{i}] {hardware}; `{command}`; {_signature(signature)}  ", path)
-             for i, (path, *_, hardware, signature, command) in enumerate(runs, 1)]  # fmt: skip
+    rows += [Row(f"[{i}] {r['hardware']}; `{r['command']}`; {_signature(r['signature'])}  ", r["path"])
+             for i, r in enumerate(runs, 1)]  # fmt: skip
+    return rows
+
+
+def quality_summary() -> list[Row]:
+    """The README's: one row for each run on each kind of hardware, with every score it has had (in the
+    order of the results files); each run's steps, wall time, command and commit are in `quality`."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for run in _quality_runs():
+        groups.setdefault((run["run"], run["hardware"], run["budget"]), []).append(run)
+    rows = [Row("| run | run on | training | sacreBLEU |", None), Row("|---|---|---|---|", None)]
+    for (name, hardware, budget), runs in groups.items():
+        scores = ", ".join(f"{r['bleu']:.2f}" + (f" {r['note']}" if r["note"] else "") for r in runs)
+        rows.append(Row(f"| {name} | {hardware} | {budget} | {scores} |", runs[0]["path"]))
+    signatures = sorted({run["signature"] for runs in groups.values() for run in runs})
+    if signatures:
+        rows += [Row("", None), Row(f"sacreBLEU {' or '.join(f'`{s}`' for s in signatures)}.", None)]
     return rows
 
 
@@ -437,6 +466,7 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
     "decoding-by-run": decoding_by_run,
     "decoding-compile": decoding_compile,
     "quality": quality,
+    "quality-summary": quality_summary,
     "decoding-speed": decoding_speed,
     "training-against-seq2seqtrainer": result_rows_of("bench_train"),
     "quickstart-runs": measured_runs("quickstart"),

@@ -59,7 +59,7 @@ def runnable(page: Path) -> list[dict]:
 def test_the_readme_is_a_front_door():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 250
-    assert "<!-- table: quality -->" in readme  # the results table, generated
+    assert "<!-- table: quality-summary -->" in readme  # the results table, generated
 
 
 def test_every_block_says_its_language_and_every_marker_why():
@@ -107,7 +107,18 @@ def test_no_user_facing_text_names_this_repositorys_data_folder():
 def test_every_table_agrees_with_its_results_files():
     assert tables.disagreements() == []
     names = {name for page in tables.PAGES for name, _ in tables.tables_in(page)}
-    assert {"quality", "quickstart-runs"} <= names
+    assert {"quality", "quality-summary", "quickstart-runs"} <= names
+
+
+def test_the_readme_summary_holds_every_run_of_the_full_table():
+    # one row a run and hardware kind in the README, every score of the full table in its row
+    lines = [row.text for row in tables.render("quality-summary")]
+    runs = tables._quality_runs()
+    for run in runs:
+        [line] = [x for x in lines if x.startswith(f"| {run['run']} | {run['hardware']} | {run['budget']} |")]
+        assert f" {run['bleu']:.2f}" in line, (run, line)
+    scores = [x.rstrip(" |").rsplit(" | ", 1)[1] for x in lines[2:] if x.startswith("| ")]
+    assert sum(cell.count(", ") + 1 for cell in scores) == len(runs), scores
 
 
 def test_a_table_edited_by_hand_is_named_with_its_results_file(tmp_path):
