@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiayn_cli import yaml_text
+from benchmarks import results
 from benchmarks.gpu_check import SMOKE_MULTI30K, _smoke_multi30k, install
 from benchmarks.local_data import MULTI30K
 from benchmarks.results import Recorder, source_of
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="a variant already trained with --recipe on this machine, alone: its run folder is summarised "
         "instead of training it again (base=the run folder of the recipe's hour)",
     )
+    results.add_argument(parser, "ablate_multi30k")  # a new round beside earlier ones: --results ...round-N.json
     args = parser.parse_args(argv)
     names = [n for n in args.variants.split(",") if n]
     if malformed := [item for item in args.finished if "=" not in item]:
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
         figures["variants"].update({name: future.result() for name, future in futures.items()})
     path = recorder.write(figures, path=args.out / "ablate_multi30k.json")
     if not args.smoke:
-        recorder.write(figures)
+        path = recorder.write(figures, path=args.results)
     print(f"results: {path}")
     return figures
 
