@@ -88,12 +88,21 @@ def test_two_machines_train_as_one_process_with_update_freq_2(task, two_machines
     assert max_difference(weights(tmp_path / "one" / final), weights(two_machines / final)) <= 1e-5
 
 
-def _stop_one_in_the_middle(task, out: Path, how: signal.Signals, *extra: str):
-    """Machine 1's process gets `how` once checkpoint-8 is written: the survivor's exit code, stderr and
-    seconds from the signal to its launcher's end."""
+def _stop_one_in_the_middle(task, out: Path, how: signal.Signals, delay: float = 0.0) -> dict:
+    """Machine 1's process gets `how` `delay` seconds after checkpoint-8 is written: `stop_one_in_the_middle`'s
+    exit codes, stderrs and the seconds from the signal to the survivor's end."""
     env = {**task["env"], "ACCELERATE_USE_CPU": "1"}
-    stopped = stop_one_in_the_middle(train_args(task, out, *extra), env, out, "checkpoint-8", how, STEPS)
-    return stopped["code"], stopped["stderr"], stopped["seconds"]
+    return stop_one_in_the_middle(train_args(task, out), env, out, "checkpoint-8", how, STEPS, delay=delay)
+
+
+def _resuming_gives_the_uninterrupted_weights(task, out: Path, two_machines: Path, stopped_at: Path) -> None:
+    """The same two commands again: they resume from `stopped_at` and end with the uninterrupted run's weights."""
+    results = finish(launch(task, out))
+    for code, _, stderr in results:
+        assert code == 0, stderr
+    assert f"resuming from {stopped_at}" in results[0][2]
+    final = f"checkpoint-{STEPS}"
+    assert max_difference(weights(out / final), weights(two_machines / final)) <= 1e-6
 
 
 def _only_whole_checkpoints(out: Path) -> None:
@@ -105,35 +114,22 @@ def _only_whole_checkpoints(out: Path) -> None:
 
 def test_a_killed_process_stops_the_other_and_the_same_commands_resume(task, two_machines, tmp_path):
     out = tmp_path / "run"
-    code, stderr, seconds = _stop_one_in_the_middle(task, out, signal.SIGKILL)
+    stopped = _stop_one_in_the_middle(task, out, signal.SIGKILL)
+    code, stderr, seconds = stopped["code"], stopped["stderr"], stopped["seconds"]
     assert code != 0 and seconds < 60, (seconds, stderr)
     lines = [line for line in stderr.splitlines() if line.startswith("error: another process of the run was lost")]
     assert len(lines) == 1 and f"the same command on every machine resumes from {out}" in lines[0], stderr
     _only_whole_checkpoints(out)
-    stopped_at = list_checkpoints(out)[-1].name
-    results = finish(launch(task, out))
-    for code, _, stderr in results:
-        assert code == 0, stderr
-    assert f"resuming from {out / stopped_at}" in results[0][2]
-    final = f"checkpoint-{STEPS}"
-    assert max_difference(weights(out / final), weights(two_machines / final)) <= 1e-6
+    _resuming_gives_the_uninterrupted_weights(task, out, two_machines, list_checkpoints(out)[-1])
 
 
 def test_a_signal_to_one_process_stops_both_at_the_step_it_names_and_resuming_is_exact(task, two_machines, tmp_path):
     # SIGTERM (a preemption notice) to machine 1's process only: the processes learn of it in the next
     # step's agreement and stop together after that step, which the signalled process's message names
     out = tmp_path / "run"
-    stopped = stop_one_in_the_middle(
-        *(
-            train_args(task, out),
-            {**task["env"], "ACCELERATE_USE_CPU": "1"},
-            out,
-            "checkpoint-8",
-            signal.SIGTERM,
-            STEPS,
-        ),
-        delay=0.3,  # into step 9's forward and backward passes, its agreement already made
-    )
+    # a few steps after checkpoint-8 (a step takes well under 0.3 s here): mostly inside a step, after its
+    # agreement, where the message used to name that step while both processes stopped one step later
+    stopped = _stop_one_in_the_middle(task, out, signal.SIGTERM, delay=0.3)
     signalled = stopped["signalled_stderr"]
     assert stopped["code"] != 0 and stopped["signalled_code"] != 0, (stopped["stderr"], signalled)
     for stderr in (stopped["stderr"], signalled):  # ours; the launcher's own traceback (ChildFailedError) follows
@@ -144,9 +140,4 @@ def test_a_signal_to_one_process_stops_both_at_the_step_it_names_and_resuming_is
         assert f"interrupted: SIGTERM at step {finishing}: saved {saved}; the same command resumes the run" in stderr
     _only_whole_checkpoints(out)
     assert list_checkpoints(out)[-1] == saved
-    results = finish(launch(task, out))
-    for code, _, stderr in results:
-        assert code == 0, stderr
-    assert f"resuming from {saved}" in results[0][2]
-    final = f"checkpoint-{STEPS}"
-    assert max_difference(weights(out / final), weights(two_machines / final)) <= 1e-6
+    _resuming_gives_the_uninterrupted_weights(task, out, two_machines, saved)
