@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -180,6 +181,28 @@ def _refuse_binary(start: bytes, source) -> None:
         _refuse_nul(source, start.count(b"\n", 0, at) + 1, at - start.rfind(b"\n", 0, at))
 
 
+def refuse_binary_file(path: Path, source: str) -> None:
+    """Before any work is done (a model loaded): a file whose first bytes say it is no text (NUL bytes,
+    UTF-16 or UTF-32) is refused in one line, as `decode_lines` would refuse it later. Also a character
+    device that is not a terminal (/dev/zero); a terminal, a pipe or standard input are not read ahead."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # said by the caller's own checks
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
+        return
+    try:
+        with open(path, "rb", buffering=0) as raw:
+            if stat.S_ISCHR(mode) and os.isatty(raw.fileno()):
+                return
+            start = raw.read(SNIFF_BYTES)
+    except OSError:
+        return  # unreadable: said when it is read
+    _refuse_binary(start, source)
+
+
 def _refuse_nul_in(line: bytes, source, number: int) -> None:
     """`line` is (the start of) line `number`: refused if it holds a NUL byte."""
     at = line.find(b"\0")
@@ -263,4 +286,12 @@ def _invalid_utf8(data: bytes, starts: np.ndarray, path: Path, first_line: int, 
     return pa.array([line[:-1] if line.endswith("\r") else line for line in lines], pa.string())
 
 
-__all__ = ["CHUNK_BYTES", "MAX_LINE_BYTES", "decode_lines", "iter_line_chunks", "open_text", "read_lines"]
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_LINE_BYTES",
+    "decode_lines",
+    "iter_line_chunks",
+    "open_text",
+    "read_lines",
+    "refuse_binary_file",
+]

@@ -113,6 +113,23 @@ def test_translate_refuses_a_device_as_its_input(tmp_path, model, device):
     assert not out.exists()
 
 
+def test_translate_looks_at_its_input_before_it_loads_the_model(tmp_path, model):
+    """A device or a binary file given as --input is refused before the model loads: with weights that
+    would not load, the error is still the input's."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    binary = tmp_path / "binary.en"
+    binary.write_bytes(b"w1 w2\nw3\0w4\n")
+    for source in ("/dev/zero", str(binary)):
+        line = _refused(
+            run_cli("translate", "-m", broken, "--input", source, "-o", tmp_path / "out", timeout=60), source
+        )
+        assert "NUL byte" in line and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("side", ["--hypotheses", "--references"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_evaluate_refuses_a_device_on_either_side(tmp_path, text, device, side):

@@ -147,6 +147,9 @@ def check_paths(input: Path | None, output: Path | None, model=None) -> None:
             raise AiaynError(f"--input {input}: no such file")
         if kind not in ("file", "character device", "FIFO"):  # /dev/stdin or a named pipe is read as it comes
             raise AiaynError(f"--input {input}: is a {kind}, not a file")
+        from ...data.lines import refuse_binary_file
+
+        refuse_binary_file(input, str(input))  # /dev/zero, a binary file: refused before the model loads
     if output is not None:
         check_output_file(output, [input, model], key="output")
 
