@@ -64,7 +64,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "layers-4-lr-0.75": ("4+4 layers, lr_scale 0.75 (peak 1.5e-3)", {**LAYERS_4, "lr_scale": 0.75}),
     "layers-4-smoothing-0": ("4+4 layers, no label smoothing", {**LAYERS_4, "label_smoothing": 0.0}),
     "layers-4-warmup-2000": ("4+4 layers, 2,000 warmup steps (peak 7.0e-4)", {**LAYERS_4, "warmup_steps": 2000}),
-    "lr-1": ("lr_scale 1 (peak 2.0e-3) instead of 0.5", {"lr_scale": 1.0}),
+    "lr-1": ("lr_scale 1 (peak 2.0e-3 at step 1,000)", {"lr_scale": 1.0}),  # run when the GPU recipe had 0.5
     "no-attention-dropout": (
         "no dropout on attention weights and after the ReLU",
         {"model.attention_dropout": 0.0, "model.activation_dropout": 0.0},
