@@ -259,12 +259,20 @@ class TrainRecipe:
     run of minutes they may still be in the warmup, and their mean a worse model than the last. False,
     or no validation split: the paper's plain average of the last average_last. Without average_last,
     nothing is averaged and this does nothing."""
+    average_choose_by: Literal["sample", "beam"] = "sample"
+    """What `average_choose` compares the candidates on. `sample`: the run's own validation, which chose
+    its best checkpoint (BLEU on the `valid_bleu_samples` sentences decoded with `valid_beam_size`, the
+    loss breaking ties). `beam`: BLEU on the whole validation split decoded as `aiayn translate` decodes,
+    with the model's beam, under each alpha of `length_penalty_grid` (its own alpha without one): the final model
+    and its alpha are chosen together, and a model is scored as a user will run it. One beam search of
+    the split per candidate (docs/train.md: about a minute in all for the CPU hour's end on 2 cores)."""
     length_penalty_grid: Annotated[list[NonNegativeFloat], Field(min_length=1)] | None = None
     """At the very end, the length penalty alphas tried on the whole validation split (beam search with
     the model's beam size); the best goes into the final model's generation_config.json (`averaged/`,
     else the last checkpoint). Where the best is at an end of the grid, the grid goes on past it until the
-    best is inside or at alpha 0 or 10 (`evaluation/length_penalty.py`). §6.1 chose alpha on the
-    development set; None: the paper's 0.6."""
+    best is inside or at alpha 0 or 10 (`evaluation/length_penalty.py`). With `average_choose_by: beam`
+    every candidate for the final model is scored under every alpha, and the pair is chosen together.
+    §6.1 chose alpha on the development set; None: the paper's 0.6."""
     log_every_steps: PositiveInt = 20
     """Write train metrics every N steps."""
     trackers: list[StrictStr] = field(default_factory=lambda: ["tensorboard"])
@@ -339,6 +347,7 @@ RESUMABLE_CHANGES = frozenset(
         "history_steps",
         "average_last",
         "average_choose",
+        "average_choose_by",
         "length_penalty_grid",
         "log_every_steps",
         "trackers",

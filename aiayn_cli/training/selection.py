@@ -16,14 +16,21 @@ BLEU where its last checkpoint scored 53. So the end of a run compares, on valid
 
 Each candidate is scored as validation scores a checkpoint during the run (`evaluate`, the caller's):
 BLEU on the run's fixed validation sample with its validation decoding (`valid_beam_size`), and the
-loss on the whole split. The run's `best_metric` decides (BLEU, or the loss where the run has no BLEU
-sample), the loss breaks ties: the measure that chose the best checkpoint chooses among the
-candidates, so the chosen model is never worse on it than the best single checkpoint. BLEU with the
-final beam on the whole split would be a full beam search per candidate: minutes each on a CPU.
+loss on the whole split. With `average_choose_by: sample` the run's `best_metric` decides (BLEU, or the
+loss where the run has no BLEU sample), the loss breaks ties: the measure that chose the best
+checkpoint chooses among the candidates, so the chosen model is never worse on it than the best
+single checkpoint. But a user runs the model with its beam and its alpha, and a greedy sample of 200
+sentences can rank two close candidates the other way round: on three CPU hours it chose the
+candidate that the beam on the whole split ranks first in two. With `average_choose_by: beam`
+(`with_beam_bleu`) each candidate also translates the whole split with the model's beam, once, and
+every alpha of the length-penalty grid re-ranks its hypotheses (`evaluation/length_penalty.py`): the
+candidate and alpha with the best BLEU win, the loss breaking ties. It costs one beam search per
+candidate (docs/train.md, the end-choice table: about a minute in all for the CPU hour's end).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +58,8 @@ class Selection:
 
     chosen: Candidate
     candidates: list[Candidate]
-    scores: dict[str, dict[str, float]]  # candidate name -> its validation metrics
-    metric: str  # "valid/bleu" (higher is better) or "valid/loss" (lower)
+    scores: dict[str, dict[str, Any]]  # candidate name -> its validation metrics (and, by beam, its alphas)
+    metric: str  # "valid/beam_bleu" or "valid/bleu" (higher is better), or "valid/loss" (lower)
     tail_rule: str
 
     def describe(self) -> str:
@@ -60,13 +67,19 @@ class Selection:
 
         def shown(name: str) -> str:
             scores = self.scores[name]
-            main = f"BLEU {scores['valid/bleu']:.2f}" if self.metric == "valid/bleu" else ""
+            main = {
+                "valid/beam_bleu": f"BLEU {scores.get('valid/beam_bleu', 0.0):.2f} at alpha {scores.get('length_penalty', 0.0):g}",
+                "valid/bleu": f"BLEU {scores.get('valid/bleu', 0.0):.2f}",
+            }.get(self.metric, "")
             loss = f"loss {scores['valid/loss']:.4f}"
             return f"{main}, {loss}" if main else loss
 
         chosen = self.chosen
         others = "; ".join(f"{c.name} ({c.steps}): {shown(c.name)}" for c in self.candidates if c != chosen)
-        what = "BLEU on the validation sample, then loss" if self.metric == "valid/bleu" else "validation loss"
+        what = {
+            "valid/beam_bleu": "BLEU of the model's beam on the whole validation split at its best alpha, then loss",
+            "valid/bleu": "BLEU on the validation sample, then loss",
+        }.get(self.metric, "validation loss")
         return (
             f"final model: {chosen.name} (checkpoint steps {chosen.steps}), validation {shown(chosen.name)}; "
             f"chosen by {what} among {len(self.candidates)} candidates"
@@ -120,11 +133,12 @@ def candidates(checkpoints: list[Path], best: Path | None, tail: list[Path], las
     return found
 
 
-def choose(found: list[Candidate], model, evaluate: Callable[[Any], dict[str, float]], tail_rule: str) -> Selection:
+def choose(found: list[Candidate], model, evaluate: Callable[[Any], dict[str, Any]], tail_rule: str) -> Selection:
     """Score every candidate with `evaluate(model)` after loading its weights into `model` (a model of the
-    checkpoints' shape, on its device); the best by validation BLEU where every score has one, else by
-    loss; the loss breaks ties, then the order of `found`."""
-    scores: dict[str, dict[str, float]] = {}
+    checkpoints' shape, on its device); the best by the beam's BLEU on the whole split where every score
+    has one (`with_beam_bleu`), else by validation BLEU where every score has one, else by loss; the loss
+    breaks ties, then the order of `found`."""
+    scores: dict[str, dict[str, Any]] = {}
     for candidate in found:
         weights = average_checkpoints(list(candidate.checkpoints))
         _, unexpected = model.load_state_dict(weights, strict=False)  # tied copies are not saved
@@ -134,15 +148,62 @@ def choose(found: list[Candidate], model, evaluate: Callable[[Any], dict[str, fl
             )
         model.tie_weights()
         scores[candidate.name] = dict(evaluate(model))
-    metric = "valid/bleu" if all("valid/bleu" in s for s in scores.values()) else "valid/loss"
+    metric = next((m for m in ("valid/beam_bleu", "valid/bleu") if all(m in s for s in scores.values())), "valid/loss")
 
     def rank(candidate: Candidate) -> tuple[float, float]:
         s = scores[candidate.name]
         loss = round(s["valid/loss"], 6)
-        return (round(s["valid/bleu"], 6), -loss) if metric == "valid/bleu" else (-loss, -loss)
+        return (round(s[metric], 6), -loss) if metric != "valid/loss" else (-loss, -loss)
 
     best = max(found, key=rank)  # the first of equals
     return Selection(best, found, scores, metric, tail_rule)
+
+
+def with_beam_bleu(
+    evaluate: Callable[[Any], dict[str, float]],
+    tokenizer,
+    sources: list[str],
+    references: list[str],
+    alphas: list[float] | None,
+    accelerator,
+    max_tokens: int = 4096,
+) -> Callable[[Any], dict[str, Any]]:
+    """`evaluate`, and sacreBLEU on the whole validation split (`sources`, `references`) translated as
+    `aiayn translate` translates by default (the model's beam, fp32), under the best of
+    `alphas` (the model's own alpha where None): one beam search re-ranked per alpha, the grid extended
+    past its edge while the best is there (`evaluation/length_penalty.py`). Adds "valid/beam_bleu",
+    "length_penalty", "length_penalty_bleu" (alpha -> BLEU) and "length_penalty_extended". The main
+    process translates, the others wait for its scores."""
+    from accelerate.utils import broadcast_object_list
+
+    from ..decoding.translator import Translator
+    from ..evaluation.length_penalty import choose_length_penalty
+
+    def evaluate_with_beam(model) -> dict[str, Any]:
+        scores: dict[str, Any] = dict(evaluate(model))
+        shared: list[Any] = [None]
+        if accelerator.is_main_process:
+            # a copy: the translator makes its model its own (eval mode, projections prepared from its weights)
+            translator = Translator(copy.deepcopy(model), tokenizer, device=accelerator.device)
+            grid = list(alphas) if alphas else [translator.decoding_options().length_penalty]
+            choice = choose_length_penalty(
+                translator, sources, references, grid, max_tokens=max_tokens, source="the validation split"
+            )
+            shared = [
+                {
+                    "valid/beam_bleu": choice.bleu[choice.alpha],
+                    "length_penalty": choice.alpha,
+                    "length_penalty_bleu": {f"{a:g}": b for a, b in choice.bleu.items()},
+                    "length_penalty_extended": choice.extended,
+                }
+            ]
+            del translator
+        if accelerator.num_processes > 1:
+            broadcast_object_list(shared)
+        scores.update(shared[0])
+        return scores
+
+    return evaluate_with_beam
 
 
 def select_final_model(
@@ -150,7 +211,7 @@ def select_final_model(
     last: int,
     best: Path | None,
     metrics_path: Path,
-    evaluate: Callable[[Any], dict[str, float]],
+    evaluate: Callable[[Any], dict[str, Any]],
     accelerator,
 ) -> Selection:
     """Choose among the last checkpoint, `best` and the averages of the last k <= `last` of `checkpoints`
@@ -176,11 +237,11 @@ def select_final_model(
     return choose(found, model, evaluate, rule)
 
 
-def select_in_run_folder(run_dir: Path, last: int, data_dir: str | None = None) -> Selection:
+def select_in_run_folder(run_dir: Path, last: int, data_dir: str | None = None, by: str | None = None) -> Selection:
     """`aiayn average --choose`: the choice a run's end makes (`select_final_model`), from its folder alone:
-    its recipe.yaml (validation split, sample, decoding, precision), the newest checkpoint's tokenizer,
+    its recipe.yaml (validation split, sample, decoding, precision, `average_choose_by`), the newest checkpoint's tokenizer,
     its metrics.jsonl (the learning rates) and its best checkpoint; `data_dir` replaces the recipe's data
-    folder (a run trained elsewhere)."""
+    folder (a run trained elsewhere); `by` replaces its `average_choose_by`."""
     from ..data.tokenization import load_tokenizer
     from .accelerator import make_accelerator
     from .checkpoint import list_checkpoints
@@ -196,6 +257,8 @@ def select_in_run_folder(run_dir: Path, last: int, data_dir: str | None = None) 
     overrides: dict[str, Any] = {"trackers": []}
     if data_dir is not None:
         overrides.update({"data.data_dir": data_dir, "data.dataset": None})
+    if by is not None:
+        overrides["average_choose_by"] = by
     recipe = load_recipe(run_dir / RECIPE_FILE, overrides, flags={"data.data_dir": "--data-dir"})
     if not recipe.valid_split:
         raise AiaynError(f"--choose: {run_dir / RECIPE_FILE} has no validation split (valid_split: null) to choose on")
@@ -205,11 +268,21 @@ def select_in_run_folder(run_dir: Path, last: int, data_dir: str | None = None) 
     accelerator = make_accelerator(recipe)
     valid = load_validation(recipe, tokenizer, accelerator)
 
-    def evaluate(model) -> dict[str, float]:
+    def evaluate(model) -> dict[str, Any]:
         return evaluate_model(
             model, recipe, tokenizer, valid.loader, valid.bleu_sources, valid.bleu_references, accelerator
         )
 
+    if recipe.average_choose_by == "beam":
+        evaluate = with_beam_bleu(
+            evaluate,
+            tokenizer,
+            valid.sources,
+            valid.references,
+            recipe.length_penalty_grid,
+            accelerator,
+            recipe.valid_max_tokens or recipe.max_tokens,
+        )
     best = best if best is not None and best.is_dir() else None
     return select_final_model(checkpoints, last, best, run_dir / METRICS_FILE, evaluate, accelerator)
 
@@ -222,4 +295,5 @@ __all__ = [
     "decayed_tail",
     "select_final_model",
     "select_in_run_folder",
+    "with_beam_bleu",
 ]

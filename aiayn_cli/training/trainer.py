@@ -264,12 +264,12 @@ def _train(
         raise interrupted(run, received)
 
     # 6. The end: the last checkpoint, the average of the last ones (§6.1), the learning curve.
-    averaged, averaged_valid = None, {}
+    final = None
     if recipe.average_last:
-        averaged, averaged_valid = average_last_checkpoints(run, recipe.average_last, recipe.average_choose)
-    length_penalty = None
-    if recipe.length_penalty_grid and data.valid_sources:
-        length_penalty = choose_length_penalty(run, averaged or list_checkpoints(output)[-1])
+        final = average_last_checkpoints(run, recipe.average_last, recipe.average_choose, recipe.average_choose_by)
+    length_penalty = final.length_penalty if final else None
+    if recipe.length_penalty_grid and data.valid_sources and not (final and final.alpha_chosen):
+        length_penalty = choose_length_penalty(run, final.folder if final else list_checkpoints(output)[-1])
     if main:
         plot_learning_curve(read_metrics(metrics.path), output / "learning_curve.png", title=str(output))
     accelerator.end_training()
@@ -285,9 +285,9 @@ def _train(
         last_checkpoint=checkpoints[-1] if checkpoints else None,
         best_checkpoint=output / f"checkpoint-{state.best_step}" if state.best_step else None,
         best_metric=state.best_metric,
-        averaged=averaged,
+        averaged=final.folder if final else None,
         last_valid=state.last_valid,
-        averaged_valid=averaged_valid,
+        averaged_valid=final.valid if final else {},
         length_penalty=length_penalty,
         is_main_process=main,
     )

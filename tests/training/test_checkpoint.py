@@ -204,11 +204,13 @@ def test_average_command_last_n_of_a_run(tmp_path, capsys):
     assert "not chosen on validation: --choose" in err  # a plain average says it did not choose
     code, _, err = run_cli("average", run, "--last", "2", "-o", tmp_path / "avg", capsys=capsys)
     assert code == 2 and "exists and holds a model folder; pass --overwrite" in err
-    # --choose needs the run's recipe (its validation split) and --last; --data-dir is --choose's
+    # --choose needs the run's recipe (its validation split) and --last; --data-dir and --choose-by are --choose's
     for args, message in (
         ((run, "--last", "2", "--choose"), f"{run} holds no recipe.yaml"),
         ((run / "checkpoint-20", run / "checkpoint-30", "--choose"), "--choose and --data-dir take a run folder"),
         ((run, "--last", "2", "--data-dir", tmp_path), "--data-dir is for --choose"),
+        ((run, "--last", "2", "--choose-by", "beam"), "--choose-by is for --choose"),
+        ((run, "--last", "2", "--choose", "--choose-by", "bleu"), "--choose-by: 'bleu' is not one of 'sample', 'beam'"),
     ):
         code, _, err = run_cli("average", *args, "-o", tmp_path / "chosen", capsys=capsys)
         assert code == 2 and message in err and err.count("\n") == 1, err

@@ -115,6 +115,20 @@ def test_lr_cooldown_by_steps_and_by_time(task, tmp_path):
     assert all(b <= a + 1e-12 for a, b in zip(factors, factors[1:]))  # it only falls
 
 
+# A run whose early checkpoints (steps 6 and 12, in the warmup) are poor, validated at every checkpoint
+POOR_EARLY_CHECKPOINTS = [
+    "max_steps=36",
+    "warmup_steps=12",
+    "checkpoint_every_steps=6",
+    "valid_every_steps=6",
+    "log_every_steps=2",
+    "keep_last=6",
+    "average_last=6",
+    "valid_bleu_samples=32",
+    "trackers=[]",
+]
+
+
 @pytest.mark.slow  # a training run in a subprocess
 def test_the_final_model_is_never_worse_on_validation_than_the_best_checkpoint(task, tmp_path):
     """The end of a run whose early checkpoints are poor (steps 6 and 12, in the warmup): the final model,
@@ -122,9 +136,9 @@ def test_the_final_model_is_never_worse_on_validation_than_the_best_checkpoint(t
     is at least as good on validation as every checkpoint the run validated; no average holds a
     checkpoint of the warmup; `averaged/` holds the chosen checkpoints' mean, with the choice."""
     out = tmp_path / "run"
-    flags = ["max_steps=36", "warmup_steps=12", "checkpoint_every_steps=6", "valid_every_steps=6", "log_every_steps=2"]
-    flags += ["keep_last=6", "average_last=6", "valid_bleu_samples=32", "trackers=[]"]
-    result = run_cli(*train_args(task, out, *[a for f in flags for a in ("--set", f)]), env=task["env"])
+    result = run_cli(
+        *train_args(task, out, *[a for f in POOR_EARLY_CHECKPOINTS for a in ("--set", f)]), env=task["env"]
+    )
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     validated = {r["step"]: r for r in records if "valid/bleu" in r}
@@ -161,6 +175,80 @@ def test_the_final_model_is_never_worse_on_validation_than_the_best_checkpoint(t
         assert chosen_again["scores"][name]["valid/bleu"] == pytest.approx(scores["valid/bleu"], abs=1e-9)
     assert max_difference(weights(tmp_path / "chosen"), weights(out / "averaged")) == 0.0
     assert "final model:" in again.stderr and f"wrote {selection['chosen']}" in again.stdout
+
+
+@pytest.mark.slow  # a training run in a subprocess
+def test_chosen_by_the_beam_the_final_model_and_its_alpha_are_the_best_pair_on_the_whole_split(task, tmp_path):
+    """average_choose_by: beam: every candidate translates the whole validation split with the model's beam,
+    re-ranked by each alpha of the grid; the final model is the candidate whose best alpha scores highest,
+    with that alpha in averaged/generation_config.json (no second search for it), and `aiayn evaluate` of
+    averaged/ on the split scores what the choice recorded. `aiayn average --choose` makes the same pair."""
+    from transformers import GenerationConfig
+
+    out = tmp_path / "run"
+    flags = ["max_steps=160", "warmup_steps=40", "checkpoint_every_steps=20", "valid_every_steps=20"]
+    flags += ["keep_last=6", "average_last=6", "valid_bleu_samples=32", "trackers=[]"]
+    flags += ["average_choose_by=beam", "length_penalty_grid=[0.0, 1.0]"]
+    result = run_cli(*train_args(task, out, *[a for f in flags for a in ("--set", f)]), env=task["env"])
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (selection,) = [r["selection"] for r in records if "selection" in r]
+    scores = selection["scores"]
+    assert selection["metric"] == "valid/beam_bleu" and len(scores) >= 3  # last, averages of the tail
+    # 160 steps have learned something (beam BLEU ~18 for the last checkpoint), and the candidates differ
+    assert len({round(s["valid/beam_bleu"], 2) for s in scores.values()}) > 1 and scores["last"]["valid/beam_bleu"] > 5
+    for name, candidate in scores.items():  # the grid's alphas at least, each candidate its best
+        assert {"0", "1"} <= set(candidate["length_penalty_bleu"]), name
+        assert candidate["valid/beam_bleu"] == max(candidate["length_penalty_bleu"].values())
+        assert candidate["length_penalty_bleu"][f"{candidate['length_penalty']:g}"] == candidate["valid/beam_bleu"]
+    chosen = scores[selection["chosen"]]
+    assert chosen["valid/beam_bleu"] == max(s["valid/beam_bleu"] for s in scores.values())
+    assert GenerationConfig.from_pretrained(out / "averaged").length_penalty == chosen["length_penalty"]
+    (alpha_record,) = [r for r in records if "length_penalty" in r and "selection" not in r]
+    assert (
+        alpha_record["length_penalty"] == chosen["length_penalty"]
+        and alpha_record["length_penalty_model"] == "averaged"
+    )
+    assert alpha_record["length_penalty_bleu"] == chosen["length_penalty_bleu"]
+    assert f"length penalty alpha {chosen['length_penalty']:g}, chosen with the model" in result.stdout + result.stderr
+    # what a user measures on the same split with the saved model and its generation config
+    scored = run_cli(
+        "evaluate", "-m", str(out / "averaged"), "--data-dir", str(task["data"]), "-s", "en", "-t", "de",
+        "--split", "val", "--metrics", "sacrebleu", "--precision", "fp32", "--no-progress", env=task["env"],
+    )  # fmt: skip
+    assert scored.returncode == 0, scored.stderr
+    bleu = float(next(line.split()[1] for line in scored.stdout.splitlines() if line.startswith("BLEU ")))
+    assert bleu == pytest.approx(chosen["valid/beam_bleu"], abs=0.01)
+    # `aiayn average --choose` reads average_choose_by from the run's recipe.yaml: the same pair
+    again = run_cli("average", str(out), "--last", "6", "--choose", "-o", str(tmp_path / "chosen"), env=task["env"])
+    assert again.returncode == 0, again.stderr
+    chosen_again = json.loads((tmp_path / "chosen" / "averaged_from.json").read_text())["selection"]
+    assert chosen_again["chosen"] == selection["chosen"] and chosen_again["metric"] == "valid/beam_bleu"
+    assert GenerationConfig.from_pretrained(tmp_path / "chosen").length_penalty == chosen["length_penalty"]
+    assert f"wrote length_penalty {chosen['length_penalty']:g}" in again.stdout
+    # --choose-by sample: the run's validation sample decides, and the alpha is not touched
+    sample = tmp_path / "by-sample"
+    again = run_cli(
+        "average", str(out), "--last", "6", "--choose", "--choose-by", "sample", "-o", str(sample), env=task["env"]
+    )
+    assert again.returncode == 0, again.stderr
+    by_sample = json.loads((sample / "averaged_from.json").read_text())["selection"]
+    assert by_sample["metric"] == "valid/bleu" and "valid/beam_bleu" not in by_sample["scores"]["last"]
+    assert "wrote length_penalty" not in again.stdout
+    assert by_sample["scores"][by_sample["chosen"]]["valid/bleu"] == max(s["valid/bleu"] for s in scores.values())
+    # benchmarks/ablate_end_choice.py records both choices of the folder, as the run and `average` made them
+    bench = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "ablate_end_choice.py"), f"tiny={out}", "--last", "6",
+         "--results", str(tmp_path / "end.json")],
+        capture_output=True, text=True, env=task["env"], timeout=300,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    figures = json.loads((tmp_path / "end.json").read_text())["figures"]["runs"]["tiny"]
+    assert figures["chosen_by_beam"] == selection["chosen"] and figures["chosen_by_sample"] == by_sample["chosen"]
+    for name, candidate in figures["candidates"].items():
+        assert candidate["beam_bleu"] == round(scores[name]["valid/beam_bleu"], 2)
+        assert candidate["alpha"] == scores[name]["length_penalty"]
+    assert figures["seconds_beam"] > 0 and figures["steps"] == 160
 
 
 @pytest.mark.slow  # a training run in a subprocess

@@ -14,7 +14,7 @@ validation split.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -58,6 +58,16 @@ def average(
             show_default=False,
         ),
     ] = None,
+    choose_by: Annotated[
+        Literal["sample", "beam"] | None,
+        typer.Option(
+            "--choose-by",
+            help="With --choose: compare on the run's validation sample (sample) or with the model's beam on the "
+            "whole split under each alpha of the recipe's length_penalty_grid (beam: alpha chosen too). "
+            "Default: the recipe's average_choose_by.",
+            show_default=False,
+        ),
+    ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace --output-dir if it holds a model (never other files).")
     ] = False,
@@ -72,6 +82,8 @@ def average(
         )
     if data_dir is not None and not choose:
         raise AiaynError("--data-dir is for --choose (the validation split to choose on)")
+    if choose_by is not None and not choose:
+        raise AiaynError("--choose-by is for --choose (what the candidates are compared on)")
     for path in paths:  # before the libraries load
         if not path.is_dir():
             raise AiaynError(f"{path}: not a checkpoint folder" if last is None else f"{path}: no such run folder")
@@ -96,13 +108,21 @@ def average(
         from ...training.selection import select_in_run_folder
 
         check_average_output(list_checkpoints(paths[0]), output, overwrite)  # before minutes of validation
-        selection = select_in_run_folder(paths[0], last, data_dir)
+        selection = select_in_run_folder(paths[0], last, data_dir, choose_by)
         typer.echo(selection.describe(), err=True)
         chosen = list(selection.chosen.checkpoints)
         written = write_averaged_checkpoint(
             chosen, output, overwrite=overwrite, details={"selection": selection.record()}
         )
         typer.echo(f"wrote {selection.chosen.name} ({', '.join(p.name for p in chosen)}) into {written}")
+        alpha = selection.scores[selection.chosen.name].get("length_penalty")  # average_choose_by: beam
+        if alpha is not None:
+            from ...evaluation.length_penalty import save_length_penalty
+
+            save_length_penalty(written, alpha)
+            typer.echo(
+                f"wrote length_penalty {alpha:g}, chosen with it, into {Path(written) / 'generation_config.json'}"
+            )
         return
     written = write_averaged_checkpoint(checkpoints, output, overwrite=overwrite)
     typer.echo(f"averaged {len(checkpoints)} checkpoints ({', '.join(p.name for p in checkpoints)}) into {written}")
