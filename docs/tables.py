@@ -425,6 +425,31 @@ def ablation_decoding() -> list[Row]:
     return rows[:-1]
 
 
+def end_choice() -> list[Row]:
+    """ablate_end_choice's runs: the final model chosen on the run's validation sample and chosen by the
+    beam on the whole split, each with the validation BLEU it has as a user runs it (beam, its alpha),
+    and the seconds each way took (by the sample: its choice, then alpha's search for the winner). The
+    machine and commit under each results file's rows."""
+    rows = [
+        Row(
+            "| run | steps | by the sample: chosen | BLEU (alpha) | by the beam: chosen | BLEU (alpha) | seconds: sample / beam |",
+            None,
+        ),
+        Row("|---|---|---|---|---|---|---|", None),
+    ]
+    for path, r in results_files("ablate_end_choice"):
+        for name, run in r["figures"]["runs"].items():
+            cells = []
+            for by in ("sample", "beam"):
+                chosen = run[f"chosen_by_{by}"]
+                scores = run["candidates"][chosen]
+                cells += [chosen, f"{scores['beam_bleu']:.2f} ({scores['alpha']:g})"]
+            seconds = f"{run['seconds_sample'] + run['seconds_sample_alpha']:.0f} / {run['seconds_beam']:.0f}"
+            rows.append(Row(f"| `{name}` | {run['steps']:,} | " + " | ".join(cells) + f" | {seconds} |", path))
+        rows += [Row("", None), Row(f"{_hardware(r)}; commit {r['commit'][:7]}", path), Row("", None)]
+    return rows[:-1]
+
+
 def gpu_check() -> list[Row]:
     """What each GPU check measured, part by part: one line a figure, with the GPU and the commit."""
     rows = [Row("| part | figure | GPU, commit |", None), Row("|---|---|---|", None)]
@@ -476,6 +501,7 @@ TABLES: dict[str, Callable[[], list[Row]]] = {
     "ablation": ablation,
     "ablation-choices": ablation_choices,
     "ablation-decoding": ablation_decoding,
+    "end-choice": end_choice,
     "gpu-check": gpu_check,
 }
 
@@ -487,6 +513,7 @@ WRITERS = {
     "bench_train": "python benchmarks/bench_train.py",
     "ablate_multi30k": "python benchmarks/ablate_multi30k.py OUT --parallel 6",
     "ablate_decoding": "python benchmarks/ablate_decoding.py MODEL --data-dir DIR -s en -t de",
+    "ablate_end_choice": "python benchmarks/ablate_end_choice.py NAME=RUN ...",
     "gpu_check": "python benchmarks/gpu_check.py OUT",
 }
 
@@ -498,6 +525,7 @@ RESULTS_OF = {
     "ablation": "ablate_multi30k",
     "ablation-choices": "ablate_multi30k",
     "ablation-decoding": "ablate_decoding",
+    "end-choice": "ablate_end_choice",
     "gpu-check": "gpu_check",
 }
 

@@ -248,7 +248,8 @@ def test_chosen_by_the_beam_the_final_model_and_its_alpha_are_the_best_pair_on_t
     for name, candidate in figures["candidates"].items():
         assert candidate["beam_bleu"] == round(scores[name]["valid/beam_bleu"], 2)
         assert candidate["alpha"] == scores[name]["length_penalty"]
-    assert figures["seconds_beam"] > 0 and figures["steps"] == 160
+    assert figures["sample_alpha"] == figures["candidates"][by_sample["chosen"]]["alpha"]  # the same search
+    assert figures["seconds_beam"] > 0 and figures["seconds_sample_alpha"] > 0 and figures["steps"] == 160
 
 
 @pytest.mark.slow  # a training run in a subprocess
