@@ -265,7 +265,7 @@ class TrainRecipe:
     loss breaking ties). `beam`: BLEU on the whole validation split decoded as `aiayn translate` decodes,
     with the model's beam, under each alpha of `length_penalty_grid` (its own alpha without one): the final model
     and its alpha are chosen together, and a model is scored as a user will run it. One beam search of
-    the split per candidate: under a minute in all for the CPU hour's end on 2 cores (docs/train.md)."""
+    the split per candidate: about a minute in all for the CPU hour's end on 2 cores (docs/train.md)."""
     length_penalty_grid: Annotated[list[NonNegativeFloat], Field(min_length=1)] | None = None
     """At the very end, the length penalty alphas tried on the whole validation split (beam search with
     the model's beam size); the best goes into the final model's generation_config.json (`averaged/`,

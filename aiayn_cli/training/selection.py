@@ -20,12 +20,12 @@ loss on the whole split. With `average_choose_by: sample` the run's `best_metric
 loss where the run has no BLEU sample), the loss breaks ties: the measure that chose the best
 checkpoint chooses among the candidates, so the chosen model is never worse on it than the best
 single checkpoint. But a user runs the model with its beam and its alpha, and a greedy sample of 200
-sentences can rank close candidates otherwise: on three CPU hours of the Multi30k recipe, the sample's
+sentences can rank close candidates otherwise: on four CPU hours of the Multi30k recipe, the sample's
 choice was the beam's best in one (docs/train.md, the end-choice table). With `average_choose_by: beam`
 (`with_beam_bleu`) each candidate also translates the whole split with the model's beam, once, and
 every alpha of the length-penalty grid re-ranks its hypotheses (`evaluation/length_penalty.py`): the
 candidate and alpha with the best BLEU win, the loss breaking ties. It costs one beam search per
-candidate: under a minute in all for the CPU hour's end on 2 cores, about twice the sample's.
+candidate: about a minute in all for the CPU hour's end on 2 cores, about twice the sample's.
 """
 
 from __future__ import annotations
