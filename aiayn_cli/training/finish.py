@@ -40,6 +40,10 @@ def average_last_checkpoints(run: RunContext, last: int, choose: bool = True, by
     if choose and run.data.valid_loader is not None:
         best = run.output / f"checkpoint-{run.state.best_step}" if run.state.best_step else None
         evaluate = run.evaluate
+        if by == "beam" and accelerator.num_processes > 1:  # a two-process run once hung at its exit this way
+            _say(accelerator, "average_choose_by: beam runs in one process: this run of several chooses by the "
+                 "sample; `aiayn average --choose --choose-by beam` makes the beam's choice after it")  # fmt: skip
+            by = "sample"
         if by == "beam" and run.data.valid_sources:
             max_tokens = recipe.valid_max_tokens or recipe.max_tokens
             sources, references = run.data.valid_sources, run.data.valid_references
@@ -63,7 +67,7 @@ def average_last_checkpoints(run: RunContext, last: int, choose: bool = True, by
         with whole_write():
             write_averaged_checkpoint(paths, averaged, overwrite=True, details=details)  # the run's own average
     alpha_chosen = "length_penalty" in chosen and bool(recipe.length_penalty_grid)  # the same on every process
-    alpha_line = _save_length_penalty(run, averaged, chosen, "chosen with the model") if alpha_chosen else None
+    alpha_line = _save_length_penalty(run, averaged, chosen) if alpha_chosen else None
     accelerator.wait_for_everyone()
     if run.data.valid_loader is not None:
         if not metrics:
@@ -110,21 +114,22 @@ def choose_length_penalty(run: RunContext, model_dir: Path) -> str | None:
     return described
 
 
-def _save_length_penalty(run: RunContext, model_dir: Path, scores: dict, how: str) -> str | None:
+def _save_length_penalty(run: RunContext, model_dir: Path, scores: dict, described: str | None = None) -> str | None:
     """The main process writes the alpha of `scores` (a length-penalty choice: "length_penalty",
     "length_penalty_bleu", "length_penalty_extended") into `model_dir`'s generation_config.json and
-    records it in metrics.jsonl; the choice, described (None on the other processes)."""
+    records it in metrics.jsonl; the choice, `described` (by default: chosen with the model), or None
+    on the other processes."""
     if not run.accelerator.is_main_process:
         return None
     alpha, extended = scores["length_penalty"], scores["length_penalty_extended"]
     length_penalty.save_length_penalty(model_dir, alpha)
     record = {key: scores[key] for key in ("length_penalty", "length_penalty_bleu", "length_penalty_extended")}
     run.metrics.write({"step": run.state.step, **record, "length_penalty_model": model_dir.name})
-    if how == "chosen with the model":
+    if described is None:
         tried = ", ".join(f"{a}: {b:.2f}" for a, b in scores["length_penalty_bleu"].items())
         past = f"; the grid extended past its edge to {', '.join(f'{a:g}' for a in extended)}" if extended else ""
-        how = f"length penalty alpha {alpha:g}, chosen with the model (sacreBLEU by alpha: {tried}{past})"
-    return f"{model_dir}: {how}"
+        described = f"length penalty alpha {alpha:g}, chosen with the model (sacreBLEU by alpha: {tried}{past})"
+    return f"{model_dir}: {described}"
 
 
 __all__ = ["FinalModel", "average_last_checkpoints", "choose_length_penalty"]

@@ -46,9 +46,7 @@ FLAGS = [
     "--set",
     "valid_bleu_samples=8",
     "--set",
-    "average_choose_by=beam",  # the main process decodes each candidate, the other waits for its scores
-    "--set",
-    "length_penalty_grid=[0.6, 1.0]",
+    "average_choose_by=beam",  # one process: by the beam; two: by the sample, said (see finish.py)
 ]
 
 
@@ -142,19 +140,14 @@ def test_two_processes_equal_one_with_update_freq_2(tmp_path, precision):
     # steps: every checkpoint is a candidate), chosen on validation, once, on the whole validation split
     # in both runs (the two processes' losses gathered).
     assert double.stderr.count("final model: ") == 1, double.stderr
-    assert double.stdout.count("chosen with the model") == 1, double.stdout  # alpha: chosen once, by the main one
-    choices, chosen = {}, {}
+    assert double.stderr.count("average_choose_by: beam runs in one process") == 1, double.stderr
+    choices = {}
     for run in ("one", "two"):
         records = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
         (selection,) = [r["selection"] for r in records if "selection" in r]
         choices[run] = {name: scores["valid/loss"] for name, scores in selection["scores"].items()}
         assert sorted(choices[run]) == ["average of the last 2", "last"]
         assert (tmp_path / run / "averaged" / "model.safetensors").is_file()
-        assert selection["metric"] == "valid/beam_bleu"
-        chosen[run] = selection["scores"][selection["chosen"]]
-        (alpha,) = [r["length_penalty"] for r in records if "length_penalty" in r]  # no second search
-        assert alpha == chosen[run]["length_penalty"]
-    assert chosen["two"]["valid/beam_bleu"] == pytest.approx(chosen["one"]["valid/beam_bleu"], abs=0.01)
     moved = max(abs(choices["two"][k] - choices["one"][k]) / choices["one"][k] for k in choices["one"])
     print(f"\n{precision}: validation losses, one process {choices['one']}, two {choices['two']}; {moved:.1e} relative")
     for k in choices["one"]:
