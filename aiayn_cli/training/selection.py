@@ -172,36 +172,29 @@ def with_beam_bleu(
     `aiayn translate` translates by default (the model's beam, fp32), under the best of
     `alphas` (the model's own alpha where None): one beam search re-ranked per alpha, the grid extended
     past its edge while the best is there (`evaluation/length_penalty.py`). Adds "valid/beam_bleu",
-    "length_penalty", "length_penalty_bleu" (alpha -> BLEU) and "length_penalty_extended". The main
-    process translates, the others wait for its scores."""
-    from accelerate.utils import broadcast_object_list
-
+    "length_penalty", "length_penalty_bleu" (alpha -> BLEU) and "length_penalty_extended". One process
+    only: a two-process run that decoded on its main process while the other waited once hung at its
+    exit (in the gloo group's teardown), so a run of several chooses by the sample (`finish.py`)."""
     from ..decoding.translator import Translator
     from ..evaluation.length_penalty import choose_length_penalty
 
+    if accelerator.num_processes > 1:
+        raise AiaynError("average_choose_by: beam runs in one process; choose by the sample under accelerate launch")
+
     def evaluate_with_beam(model) -> dict[str, Any]:
-        scores: dict[str, Any] = dict(evaluate(model))
-        shared: list[Any] = [None]
-        if accelerator.is_main_process:
-            # a copy: the translator makes its model its own (eval mode, projections prepared from its weights)
-            translator = Translator(copy.deepcopy(model), tokenizer, device=accelerator.device)
-            grid = list(alphas) if alphas else [translator.decoding_options().length_penalty]
-            choice = choose_length_penalty(
-                translator, sources, references, grid, max_tokens=max_tokens, source="the validation split"
-            )
-            shared = [
-                {
-                    "valid/beam_bleu": choice.bleu[choice.alpha],
-                    "length_penalty": choice.alpha,
-                    "length_penalty_bleu": {f"{a:g}": b for a, b in choice.bleu.items()},
-                    "length_penalty_extended": choice.extended,
-                }
-            ]
-            del translator
-        if accelerator.num_processes > 1:
-            broadcast_object_list(shared)
-        scores.update(shared[0])
-        return scores
+        # a copy: the translator makes its model its own (eval mode, projections prepared from its weights)
+        translator = Translator(copy.deepcopy(model), tokenizer, device=accelerator.device)
+        grid = list(alphas) if alphas else [translator.decoding_options().length_penalty]
+        choice = choose_length_penalty(
+            translator, sources, references, grid, max_tokens=max_tokens, source="the validation split"
+        )
+        return {
+            **evaluate(model),
+            "valid/beam_bleu": choice.bleu[choice.alpha],
+            "length_penalty": choice.alpha,
+            "length_penalty_bleu": {f"{a:g}": b for a, b in choice.bleu.items()},
+            "length_penalty_extended": choice.extended,
+        }
 
     return evaluate_with_beam
 
